@@ -1,0 +1,214 @@
+"""The exception tree.
+
+Everything the SDK raises on purpose derives from :class:`OpenAgentCoreError`, so an
+application can catch one class. HTTP failures carry the server's error envelope
+(``type``, ``code``, ``message``, ``param``) and the request id to quote in a bug report.
+No exception ever carries the API key: requests are described by method and URL only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "APIResponseValidationError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AdmissionError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConflictError",
+    "InternalServerError",
+    "NotFoundError",
+    "OpenAgentCoreError",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "ServiceUnavailableError",
+    "StreamError",
+    "UnprocessableEntityError",
+]
+
+
+class OpenAgentCoreError(Exception):
+    """Root of every error this SDK raises on purpose."""
+
+
+class AdmissionError(OpenAgentCoreError, ValueError):
+    """A declaration breaks a rule the server checks at admission; nothing was sent.
+
+    ``tool`` names the offending tool (its function name, MCP ``server_label``, or
+    ``tools[i]`` when it has no name) and ``field`` the field, so the message can say
+    exactly what to change.
+    """
+
+    def __init__(self, message: str, *, tool: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tool = tool
+        self.field = field
+
+
+class APIError(OpenAgentCoreError):
+    """A request to the API did not produce the expected result."""
+
+    def __init__(self, message: str, *, request: httpx.Request | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.request = request
+
+
+class APIConnectionError(APIError):
+    """The request never got an HTTP answer: DNS, refused connection, reset, protocol error."""
+
+    def __init__(
+        self, *, request: httpx.Request | None, message: str = "Connection error."
+    ) -> None:
+        super().__init__(message, request=request)
+
+
+class APITimeoutError(APIConnectionError):
+    """The request or the stream read timed out."""
+
+    def __init__(self, *, request: httpx.Request | None) -> None:
+        super().__init__(request=request, message="Request timed out.")
+
+
+class APIResponseValidationError(APIError):
+    """The server answered 2xx with a body that does not match the expected shape."""
+
+    def __init__(self, message: str, *, response: httpx.Response, body: object) -> None:
+        super().__init__(message, request=response.request)
+        self.response = response
+        self.status_code = response.status_code
+        self.body = body
+
+
+class StreamError(APIError):
+    """The event stream sent an ``error`` event, e.g. code ``stream_interrupted``.
+
+    The stream is closed after it. Reconnect, then read the Session to recover: the
+    stream never replays what it missed.
+    """
+
+    def __init__(
+        self, message: str, *, code: str | None, type: str | None, request: httpx.Request | None
+    ) -> None:
+        super().__init__(message, request=request)
+        self.code = code
+        self.type = type
+
+
+class APIStatusError(APIError):
+    """The server answered with a 4xx or 5xx status."""
+
+    status_code: int
+
+    def __init__(self, message: str, *, response: httpx.Response, body: object) -> None:
+        super().__init__(message, request=response.request)
+        self.response = response
+        self.status_code = response.status_code
+        self.body = body
+        self.request_id: str | None = response.headers.get("x-request-id")
+        error = _error_object(body)
+        self.type: str | None = _str_or_none(error.get("type"))
+        self.code: str | None = _str_or_none(error.get("code"))
+        self.param: str | None = _str_or_none(error.get("param"))
+
+    def __str__(self) -> str:
+        details = ", ".join(
+            f"{key}={value!r}"
+            for key, value in (("code", self.code), ("param", self.param))
+            if value is not None
+        )
+        suffix = f" ({details})" if details else ""
+        rid = f" [request id {self.request_id}]" if self.request_id else ""
+        return f"{self.status_code}: {self.message}{suffix}{rid}"
+
+
+class BadRequestError(APIStatusError):
+    status_code = 400
+
+
+class AuthenticationError(APIStatusError):
+    """401: the key is missing, unknown or revoked. Check OPENAGENTCORE_API_KEY."""
+
+    status_code = 401
+
+
+class PermissionDeniedError(APIStatusError):
+    status_code = 403
+
+
+class NotFoundError(APIStatusError):
+    """404: the resource is missing, malformed or belongs to another Project."""
+
+    status_code = 404
+
+
+class ConflictError(APIStatusError):
+    """409. ``code`` tells a state conflict (``conflict_error``) from a reused
+    ``Idempotency-Key`` with different input (``idempotency_conflict``)."""
+
+    status_code = 409
+
+    @property
+    def is_idempotency_conflict(self) -> bool:
+        return self.code == "idempotency_conflict"
+
+
+class UnprocessableEntityError(APIStatusError):
+    status_code = 422
+
+
+class RateLimitError(APIStatusError):
+    status_code = 429
+
+
+class InternalServerError(APIStatusError):
+    """Any 5xx without a more specific class."""
+
+
+class ServiceUnavailableError(InternalServerError):
+    """503, for example ``execution_unavailable``; retried automatically."""
+
+    status_code = 503
+
+
+_BY_STATUS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    422: UnprocessableEntityError,
+    429: RateLimitError,
+    503: ServiceUnavailableError,
+}
+
+
+def status_error(response: httpx.Response, body: object) -> APIStatusError:
+    """Build the exception for an error response from its status and envelope."""
+    error = _error_object(body)
+    message = _str_or_none(error.get("message")) or (
+        f"HTTP {response.status_code} from {response.request.method} {response.request.url.path}"
+    )
+    cls = _BY_STATUS.get(response.status_code)
+    if cls is None:
+        cls = InternalServerError if response.status_code >= 500 else APIStatusError
+    return cls(message, response=response, body=body)
+
+
+def _error_object(body: object) -> dict[str, Any]:
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            return error
+    return {}
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
