@@ -41,15 +41,26 @@ class AdmissionError(OpenAgentCoreError, ValueError):
     """A declaration breaks a rule the server checks at admission; nothing was sent.
 
     ``tool`` names the offending tool (its function name, MCP ``server_label``, or
-    ``tools[i]`` when it has no name) and ``field`` the field, so the message can say
-    exactly what to change.
+    ``tools[i]`` when it has no name) and ``field`` the field (``None`` for rules about
+    the whole list), so the message can say exactly what to change.
     """
 
-    def __init__(self, message: str, *, tool: str | None = None, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool: str | None = None,
+        field: str | None = None,
+        code: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.tool = tool
         self.field = field
+        #: The error code the server answers with for the same input: protocol errors
+        #: use ``invalid_request_error``; combinations the Harness cannot run use
+        #: ``unsupported_or_invalid_configuration``.
+        self.code = code
 
 
 class APIError(OpenAgentCoreError):
