@@ -1,0 +1,169 @@
+"""A result store that lives in one process: for tests and throwaway runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from . import _rules
+from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
+from ._exceptions import StoreClosedError, UnknownCallError
+from ._records import SETTLED_STATES, CallKey, CallRecord, CallState, Claim
+
+__all__ = ["MemoryResultStore"]
+
+
+class MemoryResultStore(StoreBase):
+    """Keeps records in a dict behind a lock; they vanish with the process.
+
+    Results are kept as JSON text exactly like the durable stores, so records handed out
+    are independent copies and a result that would not survive a database is refused here
+    too.
+    """
+
+    def __init__(self, *, clock: Clock = time.time) -> None:
+        super().__init__(clock=clock)
+        self._lock = threading.Lock()
+        self._rows: dict[CallKey, _rules.Row] | None = {}
+
+    def __repr__(self) -> str:
+        count = "closed" if self._rows is None else f"{len(self._rows)} records"
+        return f"<MemoryResultStore {count}>"
+
+    def claim(
+        self,
+        key: CallKey,
+        *,
+        function_name: str,
+        arguments_hash: str,
+        owner: str,
+        lease_seconds: float,
+    ) -> Claim:
+        with self._lock:
+            rows = self._open_rows()
+            existing = rows.get(key)
+            if existing is not None:
+                return Claim(won=False, record=_rules.record_from_row(existing))
+            record = _rules.started_record(
+                key,
+                function_name=function_name,
+                arguments_hash=arguments_hash,
+                owner=owner,
+                lease_seconds=lease_seconds,
+                now=self._clock(),
+            )
+            rows[key] = _rules.record_to_row(record, None)
+            return Claim(won=True, record=record)
+
+    def take_over(
+        self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int
+    ) -> Claim:
+        record, changed = self._update(
+            key,
+            lambda current, now: _rules.take_over(
+                current,
+                owner=owner,
+                lease_seconds=lease_seconds,
+                expected_attempts=expected_attempts,
+                now=now,
+            ),
+        )
+        return Claim(won=changed, record=record)
+
+    def renew_lease(self, key: CallKey, *, owner: str, lease_seconds: float) -> bool:
+        _rules.validate_lease(lease_seconds)
+        try:
+            _, changed = self._update(
+                key,
+                lambda current, now: _rules.renew_lease(
+                    current, owner=owner, lease_seconds=lease_seconds, now=now
+                ),
+            )
+        except UnknownCallError:
+            return False
+        return changed
+
+    def save_result(
+        self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
+    ) -> CallRecord:
+        text = _rules.encode_result(result)
+        saved = _rules.decode_result(text)
+        assert saved is not None
+        record, _ = self._update(
+            key,
+            lambda current, now: _rules.save_result(current, saved, owner=owner, now=now),
+            result_text=text,
+        )
+        return record
+
+    def mark(self, key: CallKey, state: CallState) -> None:
+        self._update(key, lambda current, now: _rules.mark(current, state, now=now))
+
+    def get(self, key: CallKey) -> CallRecord | None:
+        with self._lock:
+            row = self._open_rows().get(key)
+        return None if row is None else _rules.record_from_row(row)
+
+    def find(
+        self,
+        *,
+        session_id: str | None = None,
+        states: Iterable[CallState] | None = None,
+        limit: int | None = None,
+    ) -> list[CallRecord]:
+        wanted, limit = normalize_find_filters(states, limit)
+        with self._lock:
+            rows = list(self._open_rows().values())
+        records = [
+            record
+            for record in map(_rules.record_from_row, rows)
+            if (session_id is None or record.key.session_id == session_id)
+            and (wanted is None or record.state in wanted)
+        ]
+        records.sort(key=lambda r: (r.created_at, r.key.session_id, r.key.turn_id, r.key.call_id))
+        return records if limit is None else records[:limit]
+
+    def prune(self, *, older_than: float) -> int:
+        validate_older_than(older_than)
+        with self._lock:
+            rows = self._open_rows()
+            cutoff = self._clock() - older_than
+            doomed = [
+                key
+                for key, row in rows.items()
+                if CallState(row[5]) in SETTLED_STATES and row[12] < cutoff
+            ]
+            for key in doomed:
+                del rows[key]
+        return len(doomed)
+
+    def close(self) -> None:
+        with self._lock:
+            self._rows = None
+
+    def _open_rows(self) -> dict[CallKey, _rules.Row]:
+        if self._rows is None:
+            raise StoreClosedError("this MemoryResultStore is closed; create a new one")
+        return self._rows
+
+    def _update(
+        self,
+        key: CallKey,
+        decide: Callable[[CallRecord, float], CallRecord | None],
+        *,
+        result_text: str | None = None,
+    ) -> tuple[CallRecord, bool]:
+        with self._lock:
+            rows = self._open_rows()
+            row = rows.get(key)
+            if row is None:
+                raise UnknownCallError(f"no record of {key!r}; claim the call first")
+            current = _rules.record_from_row(row)
+            updated = decide(current, self._clock())
+            if updated is None:
+                return current, False
+            stored_text = row[6] if row[6] is not None else result_text
+            rows[key] = _rules.record_to_row(updated, stored_text)
+            return updated, True

@@ -1,0 +1,184 @@
+"""A result store in PostgreSQL, shared by runners on many hosts."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ._base import Clock
+from ._exceptions import StoreClosedError, StoreSchemaError, StoreUnavailableError
+from ._sql import MIGRATIONS, SQLResultStore, Transaction
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+__all__ = ["PostgresResultStore"]
+
+# Lower case only, so the quoted names below equal what psql users type unquoted, and
+# short enough that the derived index and migrations table names fit in 63 bytes.
+_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+
+
+class _PostgresTransaction:
+    def __init__(self, connection: psycopg.Connection[tuple[Any, ...]]) -> None:
+        self._connection = connection
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        return self._connection.execute(sql, params).fetchall()
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        return self._connection.execute(sql, params).rowcount
+
+
+class PostgresResultStore(SQLResultStore):
+    """Records in a PostgreSQL table, for a fleet of runners on several hosts.
+
+    Claims are one ``INSERT ... ON CONFLICT DO NOTHING RETURNING``, so exactly one runner
+    wins; every other change locks its row with ``SELECT ... FOR UPDATE``. The store
+    creates its schema, table and index on first use and records applied migrations in
+    ``<table>_migrations``; concurrent starts serialize on a transaction-scoped advisory
+    lock. Connections come from a ``psycopg_pool.ConnectionPool`` of at most
+    ``pool_size`` connections; waiting longer than ``pool_timeout`` seconds for one, or
+    losing the server, raises :class:`StoreUnavailableError`.
+
+    Leases and ``updated_at`` use each runner's own clock: keep hosts NTP-synchronized and
+    leases much longer than their skew. Requires ``pip install 'openagentcore[postgres]'``.
+    """
+
+    _row_lock_clause = " FOR UPDATE"
+    _placeholder = "%s"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "public",
+        table: str = "openagentcore_calls",
+        pool_size: int = 4,
+        pool_timeout: float = 30.0,
+        clock: Clock = time.time,
+    ) -> None:
+        try:
+            import psycopg
+            import psycopg_pool
+        except ImportError as exc:
+            raise ImportError(
+                "PostgresResultStore needs psycopg 3 and psycopg-pool; install them with "
+                "pip install 'openagentcore[postgres]'"
+            ) from exc
+        for field, name in (("schema", schema), ("table", table)):
+            if not _NAME.fullmatch(name):
+                raise ValueError(
+                    f"{field} must be 1-40 lower-case letters, digits or underscores, "
+                    f"not starting with a digit; got {name!r}"
+                )
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
+        super().__init__(table=f'"{schema}"."{table}"', clock=clock)
+        self._schema = schema
+        self._table_name = table
+        self._operational_error: type[Exception] = psycopg.OperationalError
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = (
+            psycopg_pool.ConnectionPool(
+                dsn,
+                min_size=1,
+                max_size=pool_size,
+                timeout=pool_timeout,
+                kwargs={"autocommit": True},
+                check=psycopg_pool.ConnectionPool.check_connection,
+                name=f"openagentcore-store-{schema}.{table}",
+                open=False,
+            )
+        )
+        try:
+            try:
+                self._pool.open(wait=True, timeout=pool_timeout)
+            except psycopg_pool.PoolTimeout as exc:
+                raise StoreUnavailableError(
+                    f"could not connect to PostgreSQL within {pool_timeout} s; check that "
+                    "the server is up and the DSN's host, port, user and database are right"
+                ) from exc
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        # The DSN may hold a password, so it is never shown.
+        return f"PostgresResultStore(schema={self._schema!r}, table={self._table_name!r})"
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def _migrate(self) -> None:
+        latest = MIGRATIONS[-1][0]
+        schema, table = self._schema, self._table_name
+        migrations_table = f'"{schema}"."{table}_migrations"'
+        lock_id = int.from_bytes(
+            hashlib.sha256(f"openagentcore.store:{schema}.{table}".encode()).digest()[:8],
+            "big",
+            signed=True,
+        )
+        with self._transaction() as tx:
+            tx.query("SELECT pg_advisory_xact_lock(%s)", (lock_id,))
+            # Asking first avoids needing CREATE on the database when the schema exists.
+            if not tx.query("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)):
+                tx.execute(f'CREATE SCHEMA "{schema}"')
+            tx.execute(
+                f"CREATE TABLE IF NOT EXISTS {migrations_table} ("
+                "version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+                "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            version = int(
+                tx.query(f"SELECT coalesce(max(version), 0) FROM {migrations_table}")[0][0]
+            )
+            if version > latest:
+                raise StoreSchemaError(
+                    f"{migrations_table} is at version {version}, newer than the {latest} "
+                    "this openagentcore knows; upgrade openagentcore on every worker"
+                )
+            for number, description, statements in MIGRATIONS:
+                if number <= version:
+                    continue
+                for statement in statements:
+                    tx.execute(statement.format(table=self._table, prefix=f"{table}_"))
+                tx.execute(
+                    f"INSERT INTO {migrations_table} (version, description) VALUES (%s, %s)",
+                    (number, description),
+                )
+
+    def _unavailable(self, exc: Exception) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"the PostgreSQL result store {self._schema}.{self._table_name} is unavailable "
+            f"({exc}); retry once the server is reachable"
+        )
+
+    def _open_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
+        if self._pool is None:
+            raise StoreClosedError(f"{self!r} is closed; open the store again")
+        return self._pool
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Transaction]:
+        pool = self._open_pool()
+        try:
+            with pool.connection() as connection, connection.transaction():
+                yield _PostgresTransaction(connection)
+        except self._operational_error as exc:
+            raise self._unavailable(exc) from exc
+
+    @contextmanager
+    def _reading(self) -> Iterator[Transaction]:
+        pool = self._open_pool()
+        try:
+            with pool.connection() as connection:
+                yield _PostgresTransaction(connection)
+        except self._operational_error as exc:
+            raise self._unavailable(exc) from exc

@@ -1,0 +1,100 @@
+"""The interface the function runner relies on; every store implements it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from ._records import CallKey, CallRecord, CallState, Claim
+
+__all__ = ["ResultStore"]
+
+
+@runtime_checkable
+class ResultStore(Protocol):
+    """Durable memory of function calls, shared by every runner that serves the same Agent.
+
+    All methods are synchronous and safe to call from several threads; async code calls
+    them through ``asyncio.to_thread``. Each method is atomic: two runners racing on the
+    same call never both win a claim or both replace a result.
+    """
+
+    def claim(
+        self,
+        key: CallKey,
+        *,
+        function_name: str,
+        arguments_hash: str,
+        owner: str,
+        lease_seconds: float,
+    ) -> Claim:
+        """Record the call as started by ``owner`` unless any record of it exists.
+
+        The first claim inserts a ``STARTED`` record with ``attempts=1`` and wins. Every
+        later claim loses and gets the record as stored, whatever its state.
+        """
+        ...
+
+    def take_over(
+        self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int
+    ) -> Claim:
+        """Re-claim a call without a result that is ``IN_DOUBT``, stale (see
+        :meth:`is_stale`) or already held by ``owner``, to run it again.
+
+        Compare-and-set on ``attempts``: wins only if the stored count still equals
+        ``expected_attempts``, then sets ``STARTED``, the new owner and lease, and counts one
+        more attempt. Raises ``UnknownCallError`` when there is no record.
+        """
+        ...
+
+    def renew_lease(self, key: CallKey, *, owner: str, lease_seconds: float) -> bool:
+        """Push the lease ``lease_seconds`` into the future. ``False`` means ``owner`` no
+        longer runs the call (taken over, marked in doubt, completed or settled)."""
+        ...
+
+    def save_result(
+        self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
+    ) -> CallRecord:
+        """Save the event to submit and move a running call to ``COMPLETED``.
+
+        The first saved result wins: if one exists, or the call is settled, the record is
+        returned unchanged, so submit ``record.result`` rather than your own. Raises
+        ``UnknownCallError`` when there is no record.
+        """
+        ...
+
+    def mark(self, key: CallKey, state: CallState) -> None:
+        """Move a call to ``SUBMITTED``, ``APPLIED``, ``ABANDONED`` or ``IN_DOUBT``.
+
+        Backward moves are ignored, as is any move out of a settled state. ``IN_DOUBT``
+        applies only to a ``STARTED`` call without a result; ``SUBMITTED`` and ``APPLIED``
+        need a saved result (``InvalidTransitionError`` otherwise). Raises
+        ``UnknownCallError`` when there is no record.
+        """
+        ...
+
+    def get(self, key: CallKey) -> CallRecord | None: ...
+
+    def find(
+        self,
+        *,
+        session_id: str | None = None,
+        states: Iterable[CallState] | None = None,
+        limit: int | None = None,
+    ) -> list[CallRecord]:
+        """Records matching every given filter, oldest first (by ``created_at``)."""
+        ...
+
+    def is_stale(self, record: CallRecord, *, now: float | None = None) -> bool:
+        """Whether a ``STARTED`` call without a result has an expired lease or a dead owner.
+
+        ``now`` defaults to the store's clock.
+        """
+        ...
+
+    def prune(self, *, older_than: float) -> int:
+        """Delete settled records not updated in the last ``older_than`` seconds; returns
+        how many were deleted."""
+        ...
+
+    def close(self) -> None: ...

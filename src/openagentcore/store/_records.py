@@ -1,0 +1,147 @@
+"""What the result store remembers about one function call, and the ids that name it."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import json
+import os
+import secrets
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "SETTLED_STATES",
+    "CallKey",
+    "CallRecord",
+    "CallState",
+    "Claim",
+    "arguments_hash",
+    "idempotency_key_for",
+    "new_owner_id",
+    "owner_is_dead",
+]
+
+
+class CallState(str, enum.Enum):
+    """Where a call is on its way from "claimed" to "the server has the result"."""
+
+    #: Claimed by an owner that is (or was) running the function.
+    STARTED = "started"
+    #: The result is saved but not yet sent.
+    COMPLETED = "completed"
+    #: The result was sent at least once; the server may not have confirmed it.
+    SUBMITTED = "submitted"
+    #: The server accepted the result. Nothing is left to do.
+    APPLIED = "applied"
+    #: The function started but its owner vanished before saving a result, so nobody
+    #: knows whether the effect happened. A policy decides: re-run or abandon.
+    IN_DOUBT = "in_doubt"
+    #: Given up on deliberately. Nothing is left to do.
+    ABANDONED = "abandoned"
+
+
+#: States in which the store has nothing left to do for a call; only these are pruned.
+SETTLED_STATES: frozenset[CallState] = frozenset({CallState.APPLIED, CallState.ABANDONED})
+
+
+@dataclass(frozen=True, slots=True)
+class CallKey:
+    """The identity of one function call: the server never reuses the triple."""
+
+    session_id: str
+    turn_id: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """A snapshot of one call as stored. Stores hand out copies: editing one changes nothing."""
+
+    key: CallKey
+    function_name: str
+    arguments_hash: str
+    state: CallState
+    #: The exact ``agent.session.input.tool_result`` event to send, kept as first saved so
+    #: that a resubmission with the same idempotency key carries the same body.
+    result: dict[str, Any] | None
+    idempotency_key: str
+    #: How many times an owner claimed the call to run it (1 after the first claim).
+    attempts: int
+    owner: str | None
+    #: Unix seconds after which a ``STARTED`` call with no result may be taken over.
+    lease_expires_at: float | None
+    created_at: float
+    updated_at: float
+
+    def has_result(self) -> bool:
+        return self.result is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The answer to a claim: ``won`` means this owner now holds the call and must run it."""
+
+    won: bool
+    record: CallRecord
+
+
+def new_owner_id() -> str:
+    """A fresh owner id ``host:pid:token``; the token tells apart restarts that reuse a pid."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """Whether ``owner`` is known to be gone: it ran on this host and its process has exited.
+
+    An owner on another host, or an id this module did not make, is never reported dead:
+    only its lease can expire.
+    """
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname():
+        return False
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return False
+    if pid <= 0 or sys.platform == "win32":
+        # Signal 0 is CTRL_C_EVENT on Windows, so the probe below would interrupt the process.
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # the process exists but belongs to another user
+    return False
+
+
+def idempotency_key_for(key: CallKey) -> str:
+    """The ``Idempotency-Key`` for submitting this call's result: the same on every retry,
+    on every host, and 68 bytes long (the server accepts up to 128)."""
+    joined = "\x1f".join((key.session_id, key.turn_id, key.call_id))
+    return "oac-" + hashlib.sha256(joined.encode("utf-8")).hexdigest()
+
+
+def arguments_hash(arguments: object) -> str:
+    """A digest of the call's arguments that ignores key order and whitespace.
+
+    ``arguments`` may be the JSON string the server sends or the decoded value; both hash
+    alike. A string that is not valid JSON is hashed as a plain string.
+    """
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):
+            arguments = json.loads(arguments)
+    try:
+        canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except TypeError as exc:
+        raise TypeError(
+            f"arguments must be JSON-serializable to be hashed: {exc}. "
+            "Pass the call's arguments as received from the server."
+        ) from None
+    return hashlib.sha256(canonical.encode("utf-8", errors="surrogatepass")).hexdigest()

@@ -1,0 +1,240 @@
+"""The state machine every store follows, written once.
+
+Each function takes the record as stored and returns the record to store instead, or
+``None`` to leave it alone. The stores only add atomicity: they read, call one of these,
+and write back inside a lock or a transaction. Rows are tuples in :data:`COLUMNS` order,
+with the result kept as the JSON text first saved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ._exceptions import InvalidTransitionError
+from ._records import (
+    SETTLED_STATES,
+    CallKey,
+    CallRecord,
+    CallState,
+    idempotency_key_for,
+    owner_is_dead,
+)
+
+__all__ = [
+    "COLUMNS",
+    "Row",
+    "decode_result",
+    "encode_result",
+    "is_stale",
+    "mark",
+    "record_from_row",
+    "record_to_row",
+    "renew_lease",
+    "save_result",
+    "started_record",
+    "take_over",
+    "validate_lease",
+]
+
+#: Column order of a stored row; the SQL stores use these names for their columns.
+COLUMNS: tuple[str, ...] = (
+    "session_id",
+    "turn_id",
+    "call_id",
+    "function_name",
+    "arguments_hash",
+    "state",
+    "result",
+    "idempotency_key",
+    "attempts",
+    "owner",
+    "lease_expires_at",
+    "created_at",
+    "updated_at",
+)
+
+Row = tuple[Any, ...]
+
+_RUNNABLE = frozenset({CallState.STARTED, CallState.IN_DOUBT})
+
+
+def validate_lease(lease_seconds: float) -> None:
+    if not lease_seconds > 0:
+        raise ValueError(
+            f"lease_seconds must be a positive number of seconds, got {lease_seconds!r}"
+        )
+
+
+def encode_result(result: Mapping[str, Any]) -> str:
+    """The JSON text to store; fails before anything is written if ``result`` is not JSON."""
+    if not isinstance(result, Mapping):
+        raise TypeError(f"result must be a mapping (the tool_result event), got {type(result)!r}")
+    try:
+        return json.dumps(dict(result), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"result must be JSON-serializable, since it is sent as the event body: {exc}"
+        ) from None
+
+
+def decode_result(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    decoded: dict[str, Any] = json.loads(text)
+    return decoded
+
+
+def record_to_row(record: CallRecord, result_text: str | None) -> Row:
+    key = record.key
+    return (
+        key.session_id,
+        key.turn_id,
+        key.call_id,
+        record.function_name,
+        record.arguments_hash,
+        record.state.value,
+        result_text,
+        record.idempotency_key,
+        record.attempts,
+        record.owner,
+        record.lease_expires_at,
+        record.created_at,
+        record.updated_at,
+    )
+
+
+def record_from_row(row: Sequence[Any]) -> CallRecord:
+    lease = row[10]
+    return CallRecord(
+        key=CallKey(session_id=row[0], turn_id=row[1], call_id=row[2]),
+        function_name=row[3],
+        arguments_hash=row[4],
+        state=CallState(row[5]),
+        result=decode_result(row[6]),
+        idempotency_key=row[7],
+        attempts=int(row[8]),
+        owner=row[9],
+        lease_expires_at=None if lease is None else float(lease),
+        created_at=float(row[11]),
+        updated_at=float(row[12]),
+    )
+
+
+def started_record(
+    key: CallKey,
+    *,
+    function_name: str,
+    arguments_hash: str,
+    owner: str,
+    lease_seconds: float,
+    now: float,
+) -> CallRecord:
+    """The record a winning claim inserts."""
+    validate_lease(lease_seconds)
+    return CallRecord(
+        key=key,
+        function_name=function_name,
+        arguments_hash=arguments_hash,
+        state=CallState.STARTED,
+        result=None,
+        idempotency_key=idempotency_key_for(key),
+        attempts=1,
+        owner=owner,
+        lease_expires_at=now + lease_seconds,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def is_stale(record: CallRecord, *, now: float) -> bool:
+    """A started call without a result whose owner can no longer be trusted to finish it."""
+    if record.state is not CallState.STARTED or record.has_result():
+        return False
+    if record.lease_expires_at is None or record.lease_expires_at <= now:
+        return True
+    return record.owner is not None and owner_is_dead(record.owner)
+
+
+def take_over(
+    record: CallRecord, *, owner: str, lease_seconds: float, expected_attempts: int, now: float
+) -> CallRecord | None:
+    """Re-claim a call nobody is running any more.
+
+    Allowed for a call without a result that is in doubt, stale, or already held by
+    ``owner``, and only while ``attempts`` still equals ``expected_attempts``, so that of
+    several runners reacting to the same stale record exactly one wins.
+    """
+    validate_lease(lease_seconds)
+    if record.state not in _RUNNABLE or record.has_result():
+        return None
+    if record.attempts != expected_attempts:
+        return None
+    takeable = (
+        record.state is CallState.IN_DOUBT or record.owner == owner or is_stale(record, now=now)
+    )
+    if not takeable:
+        return None
+    return replace(
+        record,
+        state=CallState.STARTED,
+        attempts=record.attempts + 1,
+        owner=owner,
+        lease_expires_at=now + lease_seconds,
+        updated_at=now,
+    )
+
+
+def renew_lease(
+    record: CallRecord, *, owner: str, lease_seconds: float, now: float
+) -> CallRecord | None:
+    """Extend the lease while ``owner`` still runs the call; ``None`` once it does not."""
+    validate_lease(lease_seconds)
+    if record.owner != owner or record.state is not CallState.STARTED or record.has_result():
+        return None
+    return replace(record, lease_expires_at=now + lease_seconds, updated_at=now)
+
+
+def save_result(
+    record: CallRecord, result: dict[str, Any], *, owner: str | None, now: float
+) -> CallRecord | None:
+    """Store the first result of a running call. A saved result is never replaced, and a
+    settled call is left as it is (an abandoned call stays abandoned)."""
+    if record.has_result() or record.state not in _RUNNABLE:
+        return None
+    return replace(
+        record,
+        state=CallState.COMPLETED,
+        result=result,
+        owner=record.owner if owner is None else owner,
+        lease_expires_at=None,
+        updated_at=now,
+    )
+
+
+def mark(record: CallRecord, state: CallState, *, now: float) -> CallRecord | None:
+    """Move a call forward. A change that would move it backwards, or out of a settled
+    state, is ignored: it is what a slower runner racing a faster one asks for."""
+    state = CallState(state)
+    if state in (CallState.STARTED, CallState.COMPLETED):
+        method = "take_over()" if state is CallState.STARTED else "save_result()"
+        raise InvalidTransitionError(
+            f"mark() cannot set state {state.value!r}; use {method} instead"
+        )
+    current = record.state
+    if current in SETTLED_STATES:
+        return None
+    if state is CallState.IN_DOUBT:
+        if current is not CallState.STARTED or record.has_result():
+            return None
+    elif state in (CallState.SUBMITTED, CallState.APPLIED):
+        if not record.has_result():
+            raise InvalidTransitionError(
+                f"cannot mark call {record.key.call_id!r} {state.value!r}: it has no saved "
+                "result; call save_result() first"
+            )
+        if current is state:
+            return None
+    return replace(record, state=state, updated_at=now)

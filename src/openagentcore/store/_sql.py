@@ -1,0 +1,257 @@
+"""The part of the SQLite and PostgreSQL stores that is the same SQL on both."""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Protocol
+
+from . import _rules
+from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
+from ._exceptions import UnknownCallError
+from ._records import SETTLED_STATES, CallKey, CallRecord, CallState, Claim
+
+__all__ = ["MIGRATIONS", "Migration", "SQLResultStore", "Transaction"]
+
+
+class Transaction(Protocol):
+    """What the shared SQL needs from a database connection inside one transaction."""
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        """Run a statement that returns no rows; returns how many rows it changed."""
+        ...
+
+
+#: ``(version, description, statements)``; statements name the table ``{table}`` and
+#: prefix index names with ``{prefix}``. Append new versions; never edit old ones.
+Migration = tuple[int, str, tuple[str, ...]]
+
+_STATE_VALUES = ", ".join(f"'{state.value}'" for state in CallState)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    (
+        1,
+        "create the calls table and its state index",
+        (
+            f"""CREATE TABLE IF NOT EXISTS {{table}} (
+                session_id TEXT NOT NULL,
+                turn_id TEXT NOT NULL,
+                call_id TEXT NOT NULL,
+                function_name TEXT NOT NULL,
+                arguments_hash TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ({_STATE_VALUES})),
+                result TEXT,
+                idempotency_key TEXT NOT NULL,
+                attempts INTEGER NOT NULL CHECK (attempts >= 1),
+                owner TEXT,
+                lease_expires_at DOUBLE PRECISION,
+                created_at DOUBLE PRECISION NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (session_id, turn_id, call_id)
+            )""",
+            # Serves find(states=...) and prune(); lookups by session use the primary key.
+            "CREATE INDEX IF NOT EXISTS {prefix}state_updated_idx ON {table} (state, updated_at)",
+        ),
+    ),
+)
+
+_KEY_MATCH = "session_id = ? AND turn_id = ? AND call_id = ?"
+_ORDER = "ORDER BY created_at, session_id, turn_id, call_id"
+
+
+def _key_params(key: CallKey) -> tuple[str, str, str]:
+    return (key.session_id, key.turn_id, key.call_id)
+
+
+class SQLResultStore(StoreBase):
+    """Implements the store protocol in SQL that SQLite and PostgreSQL both accept.
+
+    Subclasses open connections and run transactions; this class decides what to write.
+    Every change reads the row and writes it back in one transaction that locks the row
+    (``BEGIN IMMEDIATE`` in SQLite, ``SELECT ... FOR UPDATE`` in PostgreSQL), so the
+    state rules in :mod:`._rules` see the latest row.
+    """
+
+    #: Appended to the row read that precedes an update.
+    _row_lock_clause: ClassVar[str] = ""
+    #: The driver's parameter marker.
+    _placeholder: ClassVar[str] = "?"
+
+    def __init__(self, *, table: str, clock: Clock = time.time) -> None:
+        super().__init__(clock=clock)
+        self._table = table
+        columns = ", ".join(_rules.COLUMNS)
+        markers = ", ".join("?" for _ in _rules.COLUMNS)
+        self._select = f"SELECT {columns} FROM {table}"
+        self._insert_sql = self._sql(
+            f"INSERT INTO {table} ({columns}) VALUES ({markers}) "
+            f"ON CONFLICT (session_id, turn_id, call_id) DO NOTHING RETURNING {columns}"
+        )
+        self._get_sql = self._sql(f"{self._select} WHERE {_KEY_MATCH}")
+        self._get_for_update_sql = self._sql(
+            f"{self._select} WHERE {_KEY_MATCH}{self._row_lock_clause}"
+        )
+        # COALESCE keeps the first saved result even if a caller's rules were wrong.
+        self._update_sql = self._sql(
+            f"UPDATE {table} SET state = ?, attempts = ?, owner = ?, lease_expires_at = ?, "
+            f"updated_at = ?, result = COALESCE(result, ?) WHERE {_KEY_MATCH}"
+        )
+        settled = ", ".join("?" for _ in SETTLED_STATES)
+        self._prune_sql = self._sql(
+            f"DELETE FROM {table} WHERE state IN ({settled}) AND updated_at < ?"
+        )
+
+    @abc.abstractmethod
+    def _transaction(self) -> AbstractContextManager[Transaction]:
+        """A write transaction, committed when the block ends without an error."""
+
+    @abc.abstractmethod
+    def _reading(self) -> AbstractContextManager[Transaction]:
+        """A connection for a single read."""
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", self._placeholder)
+
+    def claim(
+        self,
+        key: CallKey,
+        *,
+        function_name: str,
+        arguments_hash: str,
+        owner: str,
+        lease_seconds: float,
+    ) -> Claim:
+        record = _rules.started_record(
+            key,
+            function_name=function_name,
+            arguments_hash=arguments_hash,
+            owner=owner,
+            lease_seconds=lease_seconds,
+            now=self._clock(),
+        )
+        with self._transaction() as tx:
+            inserted = tx.query(self._insert_sql, _rules.record_to_row(record, None))
+            if inserted:
+                return Claim(won=True, record=_rules.record_from_row(inserted[0]))
+            # The conflicting row is committed: ON CONFLICT waits for the other inserter.
+            existing = tx.query(self._get_sql, _key_params(key))
+        return Claim(won=False, record=_rules.record_from_row(existing[0]))
+
+    def take_over(
+        self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int
+    ) -> Claim:
+        record, changed = self._update(
+            key,
+            lambda current, now: _rules.take_over(
+                current,
+                owner=owner,
+                lease_seconds=lease_seconds,
+                expected_attempts=expected_attempts,
+                now=now,
+            ),
+        )
+        return Claim(won=changed, record=record)
+
+    def renew_lease(self, key: CallKey, *, owner: str, lease_seconds: float) -> bool:
+        _rules.validate_lease(lease_seconds)
+        try:
+            _, changed = self._update(
+                key,
+                lambda current, now: _rules.renew_lease(
+                    current, owner=owner, lease_seconds=lease_seconds, now=now
+                ),
+            )
+        except UnknownCallError:
+            return False
+        return changed
+
+    def save_result(
+        self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
+    ) -> CallRecord:
+        text = _rules.encode_result(result)
+        saved = _rules.decode_result(text)
+        assert saved is not None
+        record, _ = self._update(
+            key,
+            lambda current, now: _rules.save_result(current, saved, owner=owner, now=now),
+            result_text=text,
+        )
+        return record
+
+    def mark(self, key: CallKey, state: CallState) -> None:
+        self._update(key, lambda current, now: _rules.mark(current, state, now=now))
+
+    def get(self, key: CallKey) -> CallRecord | None:
+        with self._reading() as tx:
+            rows = tx.query(self._get_sql, _key_params(key))
+        return _rules.record_from_row(rows[0]) if rows else None
+
+    def find(
+        self,
+        *,
+        session_id: str | None = None,
+        states: Iterable[CallState] | None = None,
+        limit: int | None = None,
+    ) -> list[CallRecord]:
+        wanted, limit = normalize_find_filters(states, limit)
+        if wanted is not None and not wanted:
+            return []
+        conditions: list[str] = []
+        params: list[object] = []
+        if session_id is not None:
+            conditions.append("session_id = ?")
+            params.append(session_id)
+        if wanted is not None:
+            values = sorted(state.value for state in wanted)
+            conditions.append(f"state IN ({', '.join('?' for _ in values)})")
+            params.extend(values)
+        sql = self._select
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        sql += f" {_ORDER}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._reading() as tx:
+            rows = tx.query(self._sql(sql), params)
+        return [_rules.record_from_row(row) for row in rows]
+
+    def prune(self, *, older_than: float) -> int:
+        validate_older_than(older_than)
+        settled = sorted(state.value for state in SETTLED_STATES)
+        with self._transaction() as tx:
+            return tx.execute(self._prune_sql, [*settled, self._clock() - older_than])
+
+    def _update(
+        self,
+        key: CallKey,
+        decide: Callable[[CallRecord, float], CallRecord | None],
+        *,
+        result_text: str | None = None,
+    ) -> tuple[CallRecord, bool]:
+        """Read the row under a lock, let ``decide`` compute its next version, write it."""
+        with self._transaction() as tx:
+            rows = tx.query(self._get_for_update_sql, _key_params(key))
+            if not rows:
+                raise UnknownCallError(f"no record of {key!r}; claim the call first")
+            current = _rules.record_from_row(rows[0])
+            updated = decide(current, self._clock())
+            if updated is None:
+                return current, False
+            tx.execute(
+                self._update_sql,
+                (
+                    updated.state.value,
+                    updated.attempts,
+                    updated.owner,
+                    updated.lease_expires_at,
+                    updated.updated_at,
+                    result_text,
+                    *_key_params(key),
+                ),
+            )
+        return updated, True

@@ -1,0 +1,150 @@
+"""A result store in one SQLite file, shared by the runner processes of one machine."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ._base import Clock
+from ._exceptions import StoreClosedError, StoreSchemaError, StoreUnavailableError
+from ._sql import MIGRATIONS, SQLResultStore, Transaction
+
+__all__ = ["SQLiteResultStore"]
+
+_TABLE = "openagentcore_calls"
+
+
+class _SQLiteTransaction:
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        return self._connection.execute(sql, params).fetchall()
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        return self._connection.execute(sql, params).rowcount
+
+
+class SQLiteResultStore(SQLResultStore):
+    """Records in a SQLite file that several threads and processes can share.
+
+    The file is in WAL mode with ``synchronous=FULL``, so a change is on disk when its
+    method returns. Writers take the database lock up front (``BEGIN IMMEDIATE``) and wait
+    up to ``busy_timeout`` seconds for each other; after that the method raises
+    :class:`StoreUnavailableError`. The file must be on a local disk: SQLite locking is
+    unreliable over network file systems, so use :class:`PostgresResultStore` for many
+    hosts. The schema is created on first use and versioned in ``PRAGMA user_version``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        clock: Clock = time.time,
+    ) -> None:
+        super().__init__(table=_TABLE, clock=clock)
+        self._path = os.fspath(path)
+        self._lock = threading.RLock()
+        try:
+            connection = sqlite3.connect(
+                self._path,
+                timeout=busy_timeout,
+                isolation_level=None,  # transactions are begun and committed explicitly
+                check_same_thread=False,  # every use is serialized by self._lock
+            )
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailableError(
+                f"cannot open the SQLite result store at {self._path!r}: {exc}. "
+                "Check that the directory exists and is writable."
+            ) from exc
+        self._connection: sqlite3.Connection | None = connection
+        try:
+            self._configure(connection)
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"SQLiteResultStore({self._path!r})"
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    @staticmethod
+    def _configure(connection: sqlite3.Connection) -> None:
+        mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode not in ("wal", "memory"):  # an in-memory database has no journal file
+            raise StoreUnavailableError(
+                f"SQLite refused WAL mode (journal_mode is {mode!r}); "
+                "put the result store on a local file system"
+            )
+        connection.execute("PRAGMA synchronous=FULL")
+
+    def _migrate(self) -> None:
+        latest = MIGRATIONS[-1][0]
+        with self._transaction() as tx:
+            version = int(tx.query("PRAGMA user_version")[0][0])
+            if version > latest:
+                raise StoreSchemaError(
+                    f"{self._path!r} has schema version {version}, newer than the {latest} "
+                    "this openagentcore knows; upgrade openagentcore"
+                )
+            for number, _description, statements in MIGRATIONS:
+                if number > version:
+                    for statement in statements:
+                        tx.execute(statement.format(table=_TABLE, prefix=f"{_TABLE}_"))
+            if version != latest:
+                # PRAGMA takes no parameters; ``latest`` is an int from this module.
+                tx.execute(f"PRAGMA user_version = {latest:d}")
+
+    def _open_connection(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise StoreClosedError(f"{self!r} is closed; open the store again")
+        return self._connection
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Transaction]:
+        with self._lock:
+            connection = self._open_connection()
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    yield _SQLiteTransaction(connection)
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+                connection.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise _unavailable(self._path, exc) from exc
+
+    @contextmanager
+    def _reading(self) -> Iterator[Transaction]:
+        with self._lock:
+            connection = self._open_connection()
+            try:
+                yield _SQLiteTransaction(connection)
+            except sqlite3.OperationalError as exc:
+                raise _unavailable(self._path, exc) from exc
+
+
+def _unavailable(path: str, exc: sqlite3.OperationalError) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"the SQLite result store at {path!r} failed: {exc}. If it says 'database is "
+        "locked', another process held the write lock longer than busy_timeout; retry."
+    )
