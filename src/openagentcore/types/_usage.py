@@ -1,0 +1,29 @@
+"""Token accounting shared by Sessions, Turns and terminal Turn events."""
+
+from __future__ import annotations
+
+from ._base import WireModel
+
+__all__ = ["InputTokensDetails", "OutputTokensDetails", "TokenUsage"]
+
+
+class InputTokensDetails(WireModel):
+    cached_tokens: int
+
+
+class OutputTokensDetails(WireModel):
+    reasoning_tokens: int
+
+
+class TokenUsage(WireModel):
+    """A complete usage snapshot the harness reported.
+
+    Where usage is unknown the server sends ``null`` rather than zeros, so a ``None``
+    ``usage`` must never be read as "nothing was used". A later read can still fill it in.
+    """
+
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
