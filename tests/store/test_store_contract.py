@@ -1,0 +1,495 @@
+"""The behaviour every ResultStore must share, run against memory, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from openagentcore.store import (
+    CallKey,
+    CallState,
+    InvalidTransitionError,
+    ResultStore,
+    StoreClosedError,
+    UnknownCallError,
+    idempotency_key_for,
+)
+
+from ._support import FakeClock, StoreSpec, dead_owner
+
+KEY = CallKey("sess_1", "turn_1", "call_1")
+LEASE = 30.0
+T = TypeVar("T")
+
+
+def claim(store: ResultStore, owner: str = "host:1:a", key: CallKey = KEY) -> Any:
+    return store.claim(
+        key, function_name="get_weather", arguments_hash="abc", owner=owner, lease_seconds=LEASE
+    )
+
+
+def race(count: int, action: Callable[[int], T]) -> list[T]:
+    """Run ``action(i)`` in ``count`` threads released at the same moment."""
+    barrier = threading.Barrier(count)
+    results: list[T] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            outcome = action(index)
+            with lock:
+                results.append(outcome)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert len(results) == count
+    return results
+
+
+EVENT: dict[str, Any] = {
+    "type": "agent.session.input.tool_result",
+    "call_id": "call_1",
+    "output": "Sunny, 21 °C",
+    "is_error": False,
+    "metadata": None,  # present-but-null must survive the round trip
+    "content": [{"type": "text", "text": "naïve ☀"}, {"n": 1.5, "big": 2**53}],
+}
+
+
+# -- claim ------------------------------------------------------------------------------
+
+
+def test_first_claim_wins_and_inserts_a_started_record(
+    store: ResultStore, clock: FakeClock
+) -> None:
+    result = claim(store)
+
+    assert result.won
+    record = result.record
+    assert record.key == KEY
+    assert record.state is CallState.STARTED
+    assert (record.function_name, record.arguments_hash) == ("get_weather", "abc")
+    assert (record.attempts, record.owner) == (1, "host:1:a")
+    assert record.lease_expires_at == clock.now + LEASE
+    assert record.created_at == record.updated_at == clock.now
+    assert record.idempotency_key == idempotency_key_for(KEY)
+    assert not record.has_result()
+    assert store.get(KEY) == record
+
+
+def test_later_claims_lose_and_see_the_stored_record(store: ResultStore) -> None:
+    claim(store, owner="host:1:a")
+    store.save_result(KEY, EVENT, owner="host:1:a")
+
+    loser = claim(store, owner="host:2:b")
+
+    assert not loser.won
+    assert loser.record.owner == "host:1:a"
+    assert loser.record.state is CallState.COMPLETED
+    assert loser.record.result == EVENT
+
+
+def test_threads_racing_to_claim_produce_exactly_one_winner_per_key(
+    store: ResultStore,
+) -> None:
+    keys = [CallKey("sess_r", "turn", f"call_{i}") for i in range(15)]
+
+    def claim_all(index: int) -> list[CallKey]:
+        owner = f"host:{index}:t"
+        return [key for key in keys if claim(store, owner=owner, key=key).won]
+
+    wins = Counter(key for won in race(8, claim_all) for key in won)
+
+    assert wins == Counter(keys)
+
+
+def test_claim_rejects_a_non_positive_lease(store: ResultStore) -> None:
+    with pytest.raises(ValueError, match="lease_seconds"):
+        store.claim(KEY, function_name="f", arguments_hash="h", owner="o", lease_seconds=0)
+    assert store.get(KEY) is None
+
+
+# -- results --------------------------------------------------------------------------
+
+
+def test_saved_result_round_trips_exactly(store: ResultStore, clock: FakeClock) -> None:
+    claim(store)
+    clock.advance(2)
+
+    saved = store.save_result(KEY, EVENT, owner="host:1:a")
+
+    assert saved.state is CallState.COMPLETED
+    assert saved.result == EVENT
+    assert "metadata" in saved.result
+    assert saved.lease_expires_at is None
+    assert saved.updated_at == clock.now
+    assert store.get(KEY) == saved
+
+
+def test_a_saved_result_is_never_overwritten(store: ResultStore) -> None:
+    claim(store)
+    first = store.save_result(KEY, EVENT, owner="host:1:a")
+
+    second = store.save_result(KEY, {**EVENT, "output": "Rain"}, owner="host:2:b")
+
+    assert second == first
+    stored = store.get(KEY)
+    assert stored is not None
+    assert stored.result == EVENT
+    assert stored.owner == "host:1:a"
+
+
+def test_concurrent_saves_keep_exactly_one_result(store: ResultStore) -> None:
+    claim(store)
+
+    returned = race(6, lambda i: store.save_result(KEY, {**EVENT, "output": i}, owner=None))
+
+    stored = store.get(KEY)
+    assert stored is not None and stored.result is not None
+    assert {record.result["output"] for record in returned if record.result} == {
+        stored.result["output"]
+    }
+
+
+def test_records_handed_out_are_copies(store: ResultStore) -> None:
+    claim(store)
+    payload = {"type": "agent.session.input.tool_result", "output": ["a"]}
+    saved = store.save_result(KEY, payload, owner=None)
+
+    payload["output"].append("mutated by caller")
+    assert saved.result is not None
+    saved.result["output"].append("mutated by reader")
+
+    stored = store.get(KEY)
+    assert stored is not None
+    assert stored.result == {"type": "agent.session.input.tool_result", "output": ["a"]}
+
+
+def test_a_result_that_is_not_json_is_refused_before_writing(store: ResultStore) -> None:
+    claim(store)
+
+    with pytest.raises(TypeError, match="JSON"):
+        store.save_result(KEY, {"output": object()}, owner=None)
+    with pytest.raises(TypeError, match="JSON"):
+        store.save_result(KEY, {"output": float("nan")}, owner=None)
+
+    record = store.get(KEY)
+    assert record is not None and record.state is CallState.STARTED
+
+
+def test_an_abandoned_call_accepts_no_late_result(store: ResultStore) -> None:
+    claim(store)
+    store.mark(KEY, CallState.ABANDONED)
+
+    record = store.save_result(KEY, EVENT, owner="host:1:a")
+
+    assert record.state is CallState.ABANDONED
+    assert record.result is None
+
+
+def test_an_in_doubt_call_can_still_save_its_result(store: ResultStore) -> None:
+    claim(store)
+    store.mark(KEY, CallState.IN_DOUBT)
+
+    record = store.save_result(KEY, EVENT, owner="host:1:a")
+
+    assert record.state is CallState.COMPLETED
+    assert record.result == EVENT
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        pytest.param(lambda s: s.save_result(KEY, EVENT, owner=None), id="save_result"),
+        pytest.param(lambda s: s.mark(KEY, CallState.APPLIED), id="mark"),
+        pytest.param(
+            lambda s: s.take_over(KEY, owner="o", lease_seconds=1, expected_attempts=1),
+            id="take_over",
+        ),
+    ],
+)
+def test_changing_an_unknown_call_raises(
+    store: ResultStore, operation: Callable[[ResultStore], object]
+) -> None:
+    with pytest.raises(UnknownCallError, match="claim"):
+        operation(store)
+
+
+# -- state transitions ----------------------------------------------------------------
+
+
+def _at_state(store: ResultStore, state: CallState) -> None:
+    """Bring KEY to ``state`` the way a runner would."""
+    claim(store)
+    if state is CallState.STARTED:
+        return
+    if state is CallState.IN_DOUBT:
+        store.mark(KEY, CallState.IN_DOUBT)
+        return
+    if state is CallState.ABANDONED:
+        store.mark(KEY, CallState.ABANDONED)
+        return
+    store.save_result(KEY, EVENT, owner="host:1:a")
+    if state in (CallState.SUBMITTED, CallState.APPLIED):
+        store.mark(KEY, state)
+
+
+S = CallState
+# (from, mark(to)) -> resulting state; everything not listed below is rejected.
+MOVES: dict[tuple[CallState, CallState], CallState] = {
+    (S.STARTED, S.IN_DOUBT): S.IN_DOUBT,
+    (S.STARTED, S.ABANDONED): S.ABANDONED,
+    (S.IN_DOUBT, S.IN_DOUBT): S.IN_DOUBT,
+    (S.IN_DOUBT, S.ABANDONED): S.ABANDONED,
+    (S.COMPLETED, S.IN_DOUBT): S.COMPLETED,
+    (S.COMPLETED, S.SUBMITTED): S.SUBMITTED,
+    (S.COMPLETED, S.APPLIED): S.APPLIED,
+    (S.COMPLETED, S.ABANDONED): S.ABANDONED,
+    (S.SUBMITTED, S.IN_DOUBT): S.SUBMITTED,
+    (S.SUBMITTED, S.SUBMITTED): S.SUBMITTED,
+    (S.SUBMITTED, S.APPLIED): S.APPLIED,
+    (S.SUBMITTED, S.ABANDONED): S.ABANDONED,
+    **{(S.APPLIED, to): S.APPLIED for to in (S.IN_DOUBT, S.SUBMITTED, S.APPLIED, S.ABANDONED)},
+    **{(S.ABANDONED, to): S.ABANDONED for to in (S.IN_DOUBT, S.SUBMITTED, S.APPLIED, S.ABANDONED)},
+}
+NEEDS_RESULT = {(S.STARTED, S.SUBMITTED), (S.STARTED, S.APPLIED)}
+NEEDS_RESULT |= {(S.IN_DOUBT, S.SUBMITTED), (S.IN_DOUBT, S.APPLIED)}
+
+
+@pytest.mark.parametrize(("start", "target"), sorted(MOVES, key=str))
+def test_mark_moves_forward_and_never_backwards(
+    store: ResultStore, start: CallState, target: CallState
+) -> None:
+    _at_state(store, start)
+    before = store.get(KEY)
+
+    store.mark(KEY, target)
+
+    after = store.get(KEY)
+    assert after is not None and before is not None
+    assert after.state is MOVES[start, target]
+    assert after.result == before.result
+
+
+@pytest.mark.parametrize(("start", "target"), sorted(NEEDS_RESULT, key=str))
+def test_mark_submitted_or_applied_needs_a_saved_result(
+    store: ResultStore, start: CallState, target: CallState
+) -> None:
+    _at_state(store, start)
+
+    with pytest.raises(InvalidTransitionError, match="save_result"):
+        store.mark(KEY, target)
+
+    record = store.get(KEY)
+    assert record is not None and record.state is start
+
+
+@pytest.mark.parametrize("target", [CallState.STARTED, CallState.COMPLETED])
+def test_mark_refuses_states_owned_by_other_methods(store: ResultStore, target: CallState) -> None:
+    claim(store)
+
+    with pytest.raises(InvalidTransitionError, match=r"take_over|save_result"):
+        store.mark(KEY, target)
+
+
+# -- leases, staleness, take-over -------------------------------------------------------
+
+
+def test_renew_lease_extends_only_the_current_owners_lease(
+    store: ResultStore, clock: FakeClock
+) -> None:
+    claim(store, owner="host:1:a")
+    clock.advance(LEASE + 1)  # renewing after expiry is fine while nobody took over
+
+    assert store.renew_lease(KEY, owner="host:1:a", lease_seconds=60)
+    assert not store.renew_lease(KEY, owner="host:2:b", lease_seconds=60)
+
+    record = store.get(KEY)
+    assert record is not None
+    assert record.lease_expires_at == clock.now + 60
+    assert not store.is_stale(record)
+
+
+def test_renew_lease_fails_once_the_call_moved_on(store: ResultStore) -> None:
+    assert not store.renew_lease(KEY, owner="host:1:a", lease_seconds=60)
+    claim(store, owner="host:1:a")
+    store.save_result(KEY, EVENT, owner="host:1:a")
+
+    assert not store.renew_lease(KEY, owner="host:1:a", lease_seconds=60)
+
+
+def test_staleness_follows_the_lease(store: ResultStore, clock: FakeClock) -> None:
+    record = claim(store, owner=f"{socket.gethostname()}-elsewhere:1:a").record
+
+    assert not store.is_stale(record)
+    clock.advance(LEASE)
+    assert store.is_stale(record)
+    assert not store.is_stale(record, now=clock.now - 1)
+
+
+def test_a_call_whose_owner_process_died_is_stale_before_its_lease_ends(
+    store: ResultStore,
+) -> None:
+    record = claim(store, owner=dead_owner()).record
+
+    assert store.is_stale(record)
+    taken = store.take_over(KEY, owner="host:2:b", lease_seconds=LEASE, expected_attempts=1)
+    assert taken.won
+
+
+def test_a_call_with_a_result_is_never_stale(store: ResultStore, clock: FakeClock) -> None:
+    claim(store)
+    record = store.save_result(KEY, EVENT, owner=None)
+    clock.advance(10 * LEASE)
+
+    assert not store.is_stale(record)
+
+
+def test_take_over_waits_for_the_lease_to_expire(store: ResultStore, clock: FakeClock) -> None:
+    claim(store, owner="host:1:a")
+
+    early = store.take_over(KEY, owner="host:2:b", lease_seconds=LEASE, expected_attempts=1)
+    assert not early.won
+    assert early.record.owner == "host:1:a"
+
+    clock.advance(LEASE)
+    late = store.take_over(KEY, owner="host:2:b", lease_seconds=10, expected_attempts=1)
+
+    assert late.won
+    assert late.record.state is CallState.STARTED
+    assert (late.record.attempts, late.record.owner) == (2, "host:2:b")
+    assert late.record.lease_expires_at == clock.now + 10
+    assert store.get(KEY) == late.record
+    assert not store.renew_lease(KEY, owner="host:1:a", lease_seconds=LEASE)
+
+
+def test_take_over_is_a_compare_and_set_on_attempts(store: ResultStore, clock: FakeClock) -> None:
+    claim(store)
+    clock.advance(LEASE)
+
+    wrong = store.take_over(KEY, owner="host:2:b", lease_seconds=LEASE, expected_attempts=2)
+    assert not wrong.won
+    assert wrong.record.attempts == 1
+
+    outcomes = race(
+        6,
+        lambda i: store.take_over(
+            KEY, owner=f"host:{i}:r", lease_seconds=LEASE, expected_attempts=1
+        ),
+    )
+
+    winners = [outcome for outcome in outcomes if outcome.won]
+    assert len(winners) == 1
+    stored = store.get(KEY)
+    assert stored is not None
+    assert stored.attempts == 2
+    assert stored.owner == winners[0].record.owner
+
+
+def test_an_in_doubt_call_can_be_taken_over_at_once(store: ResultStore) -> None:
+    claim(store, owner="host:1:a")
+    store.mark(KEY, CallState.IN_DOUBT)
+
+    taken = store.take_over(KEY, owner="host:2:b", lease_seconds=LEASE, expected_attempts=1)
+
+    assert taken.won
+    assert taken.record.state is CallState.STARTED
+
+
+def test_an_owner_may_take_over_its_own_live_call(store: ResultStore) -> None:
+    claim(store, owner="host:1:a")
+
+    again = store.take_over(KEY, owner="host:1:a", lease_seconds=LEASE, expected_attempts=1)
+
+    assert again.won
+    assert again.record.attempts == 2
+
+
+def test_a_call_with_a_result_cannot_be_taken_over(store: ResultStore, clock: FakeClock) -> None:
+    claim(store)
+    store.save_result(KEY, EVENT, owner=None)
+    clock.advance(10 * LEASE)
+
+    taken = store.take_over(KEY, owner="host:2:b", lease_seconds=LEASE, expected_attempts=1)
+
+    assert not taken.won
+    assert taken.record.state is CallState.COMPLETED
+
+
+# -- find, prune, lifecycle -------------------------------------------------------------
+
+
+def test_find_filters_by_session_and_state_oldest_first(
+    store: ResultStore, clock: FakeClock
+) -> None:
+    for session, call in [("s_b", "c_1"), ("s_a", "c_2"), ("s_a", "c_3"), ("s_a", "c_4")]:
+        claim(store, key=CallKey(session, "t", call))
+        clock.advance(1)
+    store.save_result(CallKey("s_a", "t", "c_3"), EVENT, owner=None)
+
+    assert [r.key.call_id for r in store.find()] == ["c_1", "c_2", "c_3", "c_4"]
+    assert [r.key.call_id for r in store.find(session_id="s_a")] == ["c_2", "c_3", "c_4"]
+    assert [r.key.call_id for r in store.find(session_id="s_a", states=[CallState.STARTED])] == [
+        "c_2",
+        "c_4",
+    ]
+    assert [r.key.call_id for r in store.find(states={CallState.COMPLETED})] == ["c_3"]
+    assert [r.key.call_id for r in store.find(limit=2)] == ["c_1", "c_2"]
+    assert store.find(states=[]) == []
+    assert store.find(session_id="nope") == []
+    with pytest.raises(ValueError, match="limit"):
+        store.find(limit=-1)
+
+
+def test_prune_deletes_only_old_settled_records(store: ResultStore, clock: FakeClock) -> None:
+    old_applied, old_abandoned, old_running, new_applied = (
+        CallKey("s", "t", name) for name in ("old_applied", "old_abandoned", "running", "new")
+    )
+    for key in (old_applied, old_abandoned, old_running):
+        claim(store, key=key)
+    store.save_result(old_applied, EVENT, owner=None)
+    store.mark(old_applied, CallState.APPLIED)
+    store.mark(old_abandoned, CallState.ABANDONED)
+    clock.advance(3600)
+    claim(store, key=new_applied)
+    store.save_result(new_applied, EVENT, owner=None)
+    store.mark(new_applied, CallState.APPLIED)
+
+    assert store.prune(older_than=1800) == 2
+
+    assert {r.key for r in store.find()} == {old_running, new_applied}
+    assert store.prune(older_than=1800) == 0
+    with pytest.raises(ValueError, match="older_than"):
+        store.prune(older_than=-1)
+
+
+def test_a_closed_store_says_so(spec: StoreSpec) -> None:
+    store = spec.open()
+    store.close()
+    store.close()  # closing twice is harmless
+
+    with pytest.raises(StoreClosedError, match="closed"):
+        store.get(KEY)
+
+
+def test_records_survive_reopening(durable_spec: StoreSpec, clock: FakeClock) -> None:
+    with durable_spec.open(clock) as first:  # type: ignore[attr-defined]
+        claim(first)
+        saved = first.save_result(KEY, EVENT, owner="host:1:a")
+
+    with durable_spec.open(clock) as second:  # type: ignore[attr-defined]
+        assert second.get(KEY) == saved
+        assert not claim(second, owner="host:2:b").won
