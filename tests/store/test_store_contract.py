@@ -158,7 +158,8 @@ def test_concurrent_saves_keep_exactly_one_result(store: ResultStore) -> None:
     returned = race(6, lambda i: store.save_result(KEY, {**EVENT, "output": i}, owner=None))
 
     stored = store.get(KEY)
-    assert stored is not None and stored.result is not None
+    assert stored is not None
+    assert stored.result is not None
     assert {record.result["output"] for record in returned if record.result} == {
         stored.result["output"]
     }
@@ -187,7 +188,8 @@ def test_a_result_that_is_not_json_is_refused_before_writing(store: ResultStore)
         store.save_result(KEY, {"output": float("nan")}, owner=None)
 
     record = store.get(KEY)
-    assert record is not None and record.state is CallState.STARTED
+    assert record is not None
+    assert record.state is CallState.STARTED
 
 
 def test_an_abandoned_call_accepts_no_late_result(store: ResultStore) -> None:
@@ -279,7 +281,8 @@ def test_mark_moves_forward_and_never_backwards(
     store.mark(KEY, target)
 
     after = store.get(KEY)
-    assert after is not None and before is not None
+    assert after is not None
+    assert before is not None
     assert after.state is MOVES[start, target]
     assert after.result == before.result
 
@@ -294,7 +297,8 @@ def test_mark_submitted_or_applied_needs_a_saved_result(
         store.mark(KEY, target)
 
     record = store.get(KEY)
-    assert record is not None and record.state is start
+    assert record is not None
+    assert record.state is start
 
 
 @pytest.mark.parametrize("target", [CallState.STARTED, CallState.COMPLETED])
