@@ -433,6 +433,15 @@ def test_text_schema_root_is_checked_after_tool_conflicts() -> None:
     assert error.field == "tools[1].name"
 
 
+def test_text_schema_root_is_checked_before_execution_rules() -> None:
+    error = raised(
+        lambda: check_session_config(
+            tools=[{"type": "web_search"}], text=json_schema({"type": "array"})
+        )
+    )
+    assert (error.code, error.field) == (PROTOCOL, "text.format.schema.type")
+
+
 # Echo bounds and secrets.
 
 
