@@ -1,0 +1,71 @@
+"""Faults on demand, so applications can prove they survive what a real server does.
+
+Every fault is off by default and counter-driven, so a test that turns one on sees it
+at the same place on every run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Faults", "parse_fault"]
+
+DEFAULT_STREAM_BUFFER = 256
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Knobs for the emulator's failure modes.
+
+    - ``close_stream_after``: close every event stream after it sent this many events.
+    - ``duplicate_every``: send every n-th event of a stream twice.
+    - ``reject_input_every``: answer every n-th input POST with 503 before admitting it.
+    - ``lose_input_response_every``: admit every n-th input POST, then answer 503 as if
+      the response was lost.
+    - ``retry_after``: the ``Retry-After`` seconds sent with those 503 answers.
+    - ``pending_call_delay``: seconds between a ``function_call`` item being sent and
+      the call accepting results; results in that window get "Unknown pending tool call."
+    - ``stream_buffer``: events a stream reader may fall behind before it is cut off
+      with ``stream_interrupted``; a small value simulates a slow reader.
+    """
+
+    close_stream_after: int | None = None
+    duplicate_every: int | None = None
+    reject_input_every: int | None = None
+    lose_input_response_every: int | None = None
+    retry_after: int = 1
+    pending_call_delay: float = 0.0
+    stream_buffer: int = DEFAULT_STREAM_BUFFER
+
+    def __post_init__(self) -> None:
+        for name in (
+            "close_stream_after",
+            "duplicate_every",
+            "reject_input_every",
+            "lose_input_response_every",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"Faults.{name} must be at least 1 or None, got {value}")
+        if self.stream_buffer < 1:
+            raise ValueError(f"Faults.stream_buffer must be at least 1, got {self.stream_buffer}")
+        if self.pending_call_delay < 0 or self.retry_after < 0:
+            raise ValueError("Faults.pending_call_delay and Faults.retry_after cannot be negative")
+
+
+def parse_fault(spec: str, faults: Faults) -> Faults:
+    """Apply one ``NAME=VALUE`` CLI fault to ``faults``, e.g. ``duplicate_every=3``."""
+    name, sep, raw = spec.partition("=")
+    name = name.strip().replace("-", "_")
+    fields = {f.name: f for f in dataclasses.fields(Faults)}
+    if not sep or name not in fields:
+        known = ", ".join(sorted(fields))
+        raise ValueError(f"--fault expects NAME=VALUE with NAME one of: {known}; got {spec!r}")
+    try:
+        value: Any = float(raw) if name == "pending_call_delay" else int(raw)
+    except ValueError:
+        kind = "a number" if name == "pending_call_delay" else "an integer"
+        raise ValueError(f"--fault {name} expects {kind}, got {raw!r}") from None
+    return dataclasses.replace(faults, **{name: value})
