@@ -85,12 +85,13 @@ class McpApprovalRequestAction(TypedModel):
 class ComputerUseRequest(WireModel):
     """What a computer-use approval asks for.
 
-    Kept loose on purpose: its kinds (``browser_authentication``,
-    ``browser_origin_access``) carry form fields this SDK has no use for. They stay
-    readable as extras.
+    Kept loose on purpose: ``browser_origin_access`` names an ``origin``, while
+    ``browser_authentication`` carries form ``fields`` and ``options`` that this SDK
+    has no use for; they stay readable as extras.
     """
 
     type: str
+    origin: str | None = None
     reason: str | None = None
 
 
