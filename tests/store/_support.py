@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.synchronize
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -52,6 +54,20 @@ class StoreSpec:
         return PostgresResultStore(
             self.location, schema=self.schema, table=self.table, pool_size=2, **kwargs
         )
+
+
+def applied_schema_versions(spec: StoreSpec) -> list[int]:
+    """The schema versions the store recorded, read straight from the database."""
+    if spec.kind == "sqlite":
+        with contextlib.closing(sqlite3.connect(spec.location)) as connection:
+            return [connection.execute("PRAGMA user_version").fetchone()[0]]
+    import psycopg
+
+    with psycopg.connect(spec.location) as connection:
+        rows = connection.execute(
+            f'SELECT version FROM "{spec.schema}"."{spec.table}_migrations" ORDER BY version'
+        ).fetchall()
+    return [row[0] for row in rows]
 
 
 def dead_owner() -> str:

@@ -1,0 +1,77 @@
+"""Several processes and first-time openers sharing one SQLite file or PostgreSQL table."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import threading
+from collections import Counter
+
+from openagentcore.store import ResultStore
+
+from ._support import StoreSpec, applied_schema_versions, claim_race_worker, keys
+
+PROCESSES = 4
+KEYS = 25
+
+
+def test_processes_racing_to_claim_produce_exactly_one_winner_per_key(
+    durable_spec: StoreSpec,
+) -> None:
+    durable_spec.open().close()  # create the schema so the race is about claims only
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(PROCESSES)
+    results = context.Queue()
+    workers = [
+        context.Process(
+            target=claim_race_worker,
+            args=(durable_spec, f"racer:{index}:p", KEYS, barrier, results),
+        )
+        for index in range(PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        reports = [results.get(timeout=60) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(timeout=30)
+    assert [worker.exitcode for worker in workers] == [0] * PROCESSES
+
+    winners = {call_id: owner for owner, _pid, won in reports for call_id in won}
+    wins = Counter(call_id for _owner, _pid, won in reports for call_id in won)
+    assert wins == Counter(key.call_id for key in keys(KEYS))
+    assert len({pid for _owner, pid, _won in reports}) == PROCESSES
+
+    with durable_spec.open() as store:  # type: ignore[attr-defined]
+        for key in keys(KEYS):
+            record = store.get(key)
+            assert record is not None
+            assert record.owner == winners[key.call_id]
+
+
+def test_first_opens_racing_create_the_schema_once(durable_spec: StoreSpec) -> None:
+    openers = 6
+    barrier = threading.Barrier(openers)
+    opened: queue.Queue[ResultStore | BaseException] = queue.Queue()
+
+    def open_store() -> None:
+        barrier.wait(timeout=30)
+        try:
+            opened.put(durable_spec.open())
+        except BaseException as exc:
+            opened.put(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(openers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    stores = [opened.get_nowait() for _ in range(openers)]
+    errors = [store for store in stores if isinstance(store, BaseException)]
+    assert not errors, errors
+    for store in stores:
+        assert not isinstance(store, BaseException)
+        assert store.find() == []
+        store.close()
+    assert applied_schema_versions(durable_spec) == [1]
