@@ -5,13 +5,16 @@ from __future__ import annotations
 import copy
 import json
 import math
+import typing
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import pytest
+import typing_extensions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from openai.types.beta.persisted_agent_tool_param import PersistedAgentToolParam
 
 from openagentcore._admission import (
     check_session_config,
@@ -382,6 +385,59 @@ def test_execution_rules_reject_sessions_only(
         assert (saved.code, saved.field) == (PROTOCOL, field)
     else:
         check_tools(tools, for_session=False)
+
+
+# The official client's saved-Agent tool union is the oracle for the pinned members.
+
+VALID_BY_TYPE: dict[str, Tool] = {
+    "function": function(),
+    "tool_search": TOOL_SEARCH,
+    "programmatic_tool_calling": PROGRAMMATIC_OFF,
+    "mcp": mcp(),
+    "web_search": WEB_SEARCH_OFF,
+    "computer_use": {"type": "computer_use"},
+    "automations": {"type": "automations"},
+}
+
+
+def pinned_tool_hints() -> dict[str, dict[str, Any]]:
+    """Member type hints of each declaration in the pinned tool union, by tool type."""
+    by_type = {}
+    for declaration in typing.get_args(PersistedAgentToolParam):
+        hints = typing.get_type_hints(declaration, include_extras=True)
+        (tool_type,) = typing.get_args(typing.get_args(hints.pop("type"))[0])
+        by_type[tool_type] = hints
+    return by_type
+
+
+def pinned_members() -> list[tuple[str, str, bool]]:
+    """(tool type, member, required) for every member of the pinned tool union."""
+    return [
+        (tool_type, member, typing.get_origin(hint) is typing_extensions.Required)
+        for tool_type, hints in pinned_tool_hints().items()
+        for member, hint in hints.items()
+    ]
+
+
+def test_every_pinned_tool_type_is_known() -> None:
+    assert set(pinned_tool_hints()) == set(VALID_BY_TYPE)
+    for tool in VALID_BY_TYPE.values():
+        check_tools([tool], for_session=False)
+
+
+@pytest.mark.parametrize(("tool_type", "member", "required"), pinned_members())
+def test_pinned_members_are_known_and_required_ones_enforced(
+    tool_type: str, member: str, required: bool
+) -> None:
+    mistyped = {**VALID_BY_TYPE[tool_type], member: object()}
+    error = raised(lambda: check_tools([mistyped], for_session=False))
+    assert (error.field, error.code) == (f"tools[0].{member}", PROTOCOL)
+    assert "unknown member" not in error.message
+    if required:
+        missing = {k: v for k, v in VALID_BY_TYPE[tool_type].items() if k != member}
+        error = raised(lambda: check_tools([missing], for_session=False))
+        assert (error.field, error.code) == (f"tools[0].{member}", PROTOCOL)
+        assert "required" in error.message
 
 
 def test_function_names_may_be_any_length_on_a_saved_agent() -> None:

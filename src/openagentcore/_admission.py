@@ -40,9 +40,9 @@ __all__ = [
     "MAX_FUNCTION_NAME_BYTES",
     "MAX_SESSION_FUNCTIONS",
     "check_session_config",
-    "survives_binary64",
     "check_text",
     "check_tools",
+    "survives_binary64",
 ]
 
 PROTOCOL_ERROR = "invalid_request_error"
@@ -415,6 +415,9 @@ def _check_tool_search_pairing(declared: Sequence[_Tool]) -> None:
 
 
 def _check_mcp_execution(tool: _Tool, seen_labels: set[str]) -> None:
+    # The official client's types also allow stdio transports, literal headers and
+    # request metadata. The contract (execution-tools.md, HTTP MCP) admits none of them
+    # for execution, and the contract wins.
     label: str = tool.declaration["server_label"]
     if not label.strip():
         tool.fail(
