@@ -1,5 +1,10 @@
-"""openagentcore: a typed client and a crash-safe function runner for the Agents API."""
+"""openagentcore: a typed client and a crash-safe function runner for the Agents API.
 
+Start with :class:`Client` (or :class:`AsyncClient`) and :class:`FunctionRunner` (or
+:class:`AsyncFunctionRunner`); run ``openagentcore dev`` for a local server.
+"""
+
+from ._client import AsyncClient, Client
 from ._errors import (
     AdmissionError,
     APIConnectionError,
@@ -19,6 +24,27 @@ from ._errors import (
     StreamError,
     UnprocessableEntityError,
 )
+from ._pagination import AsyncPage, SyncPage
+from ._retry import RetryPolicy
+from ._streaming import AsyncEventStream, EventStream
+from .runner import (
+    AsyncFunctionRunner,
+    FunctionRunner,
+    InDoubtCall,
+    InDoubtDecision,
+    RunnerError,
+    ServeReport,
+    TurnResult,
+)
+from .store import (
+    CallKey,
+    CallRecord,
+    CallState,
+    MemoryResultStore,
+    PostgresResultStore,
+    ResultStore,
+    SQLiteResultStore,
+)
 
 __version__ = "0.1.0"
 
@@ -29,16 +55,37 @@ __all__ = [
     "APIStatusError",
     "APITimeoutError",
     "AdmissionError",
+    "AsyncClient",
+    "AsyncEventStream",
+    "AsyncFunctionRunner",
+    "AsyncPage",
     "AuthenticationError",
     "BadRequestError",
+    "CallKey",
+    "CallRecord",
+    "CallState",
+    "Client",
     "ConflictError",
+    "EventStream",
+    "FunctionRunner",
+    "InDoubtCall",
+    "InDoubtDecision",
     "InternalServerError",
+    "MemoryResultStore",
     "NotFoundError",
     "OpenAgentCoreError",
     "PermissionDeniedError",
+    "PostgresResultStore",
     "RateLimitError",
+    "ResultStore",
+    "RetryPolicy",
+    "RunnerError",
+    "SQLiteResultStore",
+    "ServeReport",
     "ServiceUnavailableError",
     "StreamError",
+    "SyncPage",
+    "TurnResult",
     "UnprocessableEntityError",
     "__version__",
 ]

@@ -213,6 +213,13 @@ def status_error(response: httpx.Response, body: object) -> APIStatusError:
     return cls(message, response=response, body=body)
 
 
+def _transport_error(exc: httpx.TransportError, request: httpx.Request) -> APIConnectionError:
+    """Wrap an httpx failure; its text can hold the URL but never a header."""
+    if isinstance(exc, httpx.TimeoutException):
+        return APITimeoutError(request=request)
+    return APIConnectionError(request=request, message=f"Connection error: {type(exc).__name__}")
+
+
 def _error_object(body: object) -> dict[str, Any]:
     if isinstance(body, dict):
         error = body.get("error")

@@ -1,0 +1,145 @@
+"""When and how long to wait before retrying a request.
+
+The policy is pure decision (no I/O), so the sync and async transports share it and
+hand it to tenacity's ``Retrying`` / ``AsyncRetrying``.
+
+Retried: connection errors and timeouts, 408, 429 and every 5xx (503
+``execution_unavailable`` included). Never retried: 409 and every other 4xx. A request
+that is not idempotent by method (a POST) is retried only when it carries an
+``Idempotency-Key``, so the server can recognise the repeat.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import tenacity
+
+from ._errors import APIConnectionError, APIStatusError
+
+__all__ = ["RetryPolicy", "retry_after_seconds"]
+
+logger = logging.getLogger("openagentcore")
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How many times to retry and how long to wait in between.
+
+    ``max_retries`` counts retries, not attempts: 2 means at most 3 requests. Without a
+    server hint the wait grows exponentially from ``initial_delay`` up to ``max_delay``
+    with full jitter; a ``Retry-After`` or ``retry-after-ms`` hint is honoured up to
+    ``max_retry_after``.
+    """
+
+    max_retries: int = 2
+    initial_delay: float = 0.5
+    max_delay: float = 8.0
+    max_retry_after: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+
+    def should_retry(self, error: BaseException, request: httpx.Request) -> bool:
+        """Whether ``error``, raised for ``request``, is worth another attempt."""
+        if not _is_replayable(request):
+            return False
+        if isinstance(error, APIConnectionError):
+            return True
+        if isinstance(error, APIStatusError):
+            return is_retryable_status(error.status_code)
+        return False
+
+    def delay(self, error: BaseException | None, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        if isinstance(error, APIStatusError):
+            hinted = retry_after_seconds(error.response.headers)
+            if hinted is not None:
+                return min(hinted, self.max_retry_after)
+        ceiling = min(self.max_delay, self.initial_delay * (2 ** (attempt - 1)))
+        return random.uniform(0, ceiling)  # noqa: S311 - jitter, not crypto
+
+    def tenacity_kwargs(self, request: httpx.Request) -> dict[str, Any]:
+        """Arguments for ``tenacity.Retrying``/``AsyncRetrying`` that apply this policy."""
+
+        def retry(state: tenacity.RetryCallState) -> bool:
+            outcome = state.outcome
+            if outcome is None or not outcome.failed:
+                return False
+            error = outcome.exception()
+            return error is not None and self.should_retry(error, request)
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            error = state.outcome.exception() if state.outcome is not None else None
+            return self.delay(error, state.attempt_number)
+
+        def log_retry(state: tenacity.RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            wait_s = state.next_action.sleep if state.next_action is not None else 0.0
+            logger.info(
+                "Retrying %s %s in %.2fs after %s",
+                request.method,
+                request.url.path,
+                wait_s,
+                _describe(error),
+            )
+
+        return {
+            "retry": retry,
+            "wait": wait,
+            "before_sleep": log_retry,
+            "stop": tenacity.stop_after_attempt(self.max_retries + 1),
+            "reraise": True,
+        }
+
+
+def _describe(error: BaseException | None) -> str:
+    if isinstance(error, APIStatusError):
+        return f"HTTP {error.status_code}" + (f" ({error.code})" if error.code else "")
+    return type(error).__name__
+
+
+def is_retryable_status(status: int) -> bool:
+    return status in (408, 429) or status >= 500
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The server's requested wait, from ``retry-after-ms`` or ``Retry-After``.
+
+    ``Retry-After`` may be delta-seconds or an HTTP date. Unparseable or negative values
+    are ignored rather than trusted.
+    """
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000
+        except ValueError:
+            value = -1
+        if value >= 0:
+            return value
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, when.timestamp() - time.time())
+    return seconds if seconds >= 0 else None
+
+
+def _is_replayable(request: httpx.Request) -> bool:
+    return request.method in _SAFE_METHODS or "idempotency-key" in request.headers

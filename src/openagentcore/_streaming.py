@@ -1,0 +1,133 @@
+"""Typed Session event streams on top of httpx-sse.
+
+An ``error`` frame with code ``stream_interrupted`` means the server dropped this reader
+(it fell behind, or the connection is being closed): it is raised as
+:class:`~openagentcore.StreamError` and the stream closes. Other ``error`` events belong
+to the Session's history (e.g. an Environment that failed to provision) and are yielded
+like any other event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from types import TracebackType
+from typing import Any
+
+import httpx
+import httpx_sse
+
+from ._errors import APIResponseValidationError, StreamError, _transport_error
+from .types import SessionEvent, parse_event
+
+__all__ = ["AsyncEventStream", "EventStream"]
+
+_INTERRUPTED = "stream_interrupted"
+
+
+def _decode(sse: httpx_sse.ServerSentEvent, response: httpx.Response) -> SessionEvent:
+    try:
+        data: Any = json.loads(sse.data)
+    except ValueError as exc:
+        raise APIResponseValidationError(
+            f"Event stream frame {sse.event!r} is not JSON", response=response, body=sse.data
+        ) from exc
+    if not isinstance(data, dict):
+        raise APIResponseValidationError(
+            f"Event stream frame {sse.event!r} is not a JSON object", response=response, body=data
+        )
+    if sse.event == "error" or data.get("type") == "error":
+        raw_error = data.get("error")
+        error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
+        if error.get("code") == _INTERRUPTED:
+            raise StreamError(
+                str(error.get("message") or "The event stream was interrupted."),
+                code=_INTERRUPTED,
+                type=error.get("type") if isinstance(error.get("type"), str) else None,
+                request=response.request,
+            )
+    return parse_event(data)
+
+
+class EventStream:
+    """A live iterator of :data:`~openagentcore.types.SessionEvent`; close it when done.
+
+    Usable as a context manager. Iteration ends when the server closes the stream; a
+    dropped connection raises :class:`~openagentcore.APIConnectionError`.
+    """
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self._events = httpx_sse.EventSource(response).iter_sse()
+
+    def __iter__(self) -> Iterator[SessionEvent]:
+        return self
+
+    def __next__(self) -> SessionEvent:
+        try:
+            sse = next(self._events)
+        except StopIteration:
+            self.close()
+            raise
+        except httpx.TransportError as exc:
+            self.close()
+            raise _transport_error(exc, self.response.request) from exc
+        try:
+            return _decode(sse, self.response)
+        except StreamError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.response.close()
+
+    def __enter__(self) -> EventStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncEventStream:
+    """The async twin of :class:`EventStream`."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self._events = httpx_sse.EventSource(response).aiter_sse()
+
+    def __aiter__(self) -> AsyncIterator[SessionEvent]:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        try:
+            sse = await self._events.__anext__()
+        except StopAsyncIteration:
+            await self.close()
+            raise
+        except httpx.TransportError as exc:
+            await self.close()
+            raise _transport_error(exc, self.response.request) from exc
+        try:
+            return _decode(sse, self.response)
+        except StreamError:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        await self.response.aclose()
+
+    async def __aenter__(self) -> AsyncEventStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

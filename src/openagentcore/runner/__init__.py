@@ -1,0 +1,23 @@
+"""Serving the function calls agents make: registration, dispatch and reconciliation."""
+
+from ._async import AsyncFunctionRunner
+from ._base import RunnerError
+from ._core import InDoubtCall, InDoubtDecision, PendingCall
+from ._registry import RegisteredFunction
+from ._report import ServeReport, TurnResult
+from ._results import IN_DOUBT_ERROR, INTERNAL_ERROR
+from ._sync import FunctionRunner
+
+__all__ = [
+    "IN_DOUBT_ERROR",
+    "INTERNAL_ERROR",
+    "AsyncFunctionRunner",
+    "FunctionRunner",
+    "InDoubtCall",
+    "InDoubtDecision",
+    "PendingCall",
+    "RegisteredFunction",
+    "RunnerError",
+    "ServeReport",
+    "TurnResult",
+]

@@ -1,0 +1,355 @@
+"""``AsyncFunctionRunner``: the asyncio driver of :class:`RunnerCore`.
+
+One task follows each Session's live stream; functions run as tasks (coroutine
+functions directly, plain functions in worker threads) under one concurrency limit
+shared by every Session the runner serves. Core decisions run in a worker thread, one
+at a time per Session, because the store is blocking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Literal
+
+import tenacity
+
+from .._client import AsyncClient
+from .._errors import NotFoundError, OpenAgentCoreError
+from .._streaming import AsyncEventStream
+from ..store import ResultStore
+from ..types import UserMessage
+from ._base import (
+    Connected,
+    Dropped,
+    Fatal,
+    Finished,
+    Message,
+    Received,
+    RunnerBase,
+    RunnerError,
+    Until,
+    final_text,
+    input_event,
+    parse_output,
+)
+from ._core import ActionHandler, ErrorHook, InDoubtHandler, Job, SessionState
+from ._report import ServeReport, TurnResult
+from ._results import ErrorFormatter
+from ._sync import _deadline, _fatal, _reconnectable
+
+__all__ = ["AsyncFunctionRunner"]
+
+logger = logging.getLogger("openagentcore.runner")
+
+
+class _Inbox:
+    """A queue whose wait can time out without ever losing a message."""
+
+    def __init__(self) -> None:
+        self._items: deque[Message] = deque()
+        self._ready = asyncio.Event()
+
+    def put(self, message: Message) -> None:
+        self._items.append(message)
+        self._ready.set()
+
+    async def wait(self, timeout: float | None) -> None:
+        if not self._items:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), timeout)
+        self._ready.clear()
+
+    def drain(self) -> list[Message]:
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+
+class AsyncFunctionRunner(RunnerBase):
+    """The asyncio twin of :class:`~openagentcore.FunctionRunner`.
+
+    Accepts coroutine functions and plain functions (run in worker threads). One runner
+    can serve many Sessions at once: ``max_concurrency`` bounds the calls running
+    across all of them.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        store: ResultStore | str | os.PathLike[str] | None = None,
+        max_concurrency: int = 16,
+        lease_seconds: float = 60.0,
+        unknown_functions: Literal["leave", "fail"] = "leave",
+        error_formatter: ErrorFormatter | None = None,
+        on_error: ErrorHook | None = None,
+        on_in_doubt: InDoubtHandler | None = None,
+        on_action: ActionHandler | None = None,
+        reconnect_max_delay: float = 2.0,
+    ) -> None:
+        super().__init__(
+            store=store,
+            max_concurrency=max_concurrency,
+            lease_seconds=lease_seconds,
+            unknown_functions=unknown_functions,
+            error_formatter=error_formatter,
+            on_error=on_error,
+            on_in_doubt=on_in_doubt,
+            on_action=on_action,
+            reconnect_max_delay=reconnect_max_delay,
+        )
+        self.client = client
+        self._slots: asyncio.Semaphore | None = None
+        self._stopping = threading.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- public API ----------------------------------------------------------------------
+
+    async def serve(
+        self, session_id: str, *, until: Until = "idle", timeout: float | None = None
+    ) -> ServeReport:
+        """Serve the Session's calls until it is idle or failed with nothing pending
+        (``until="forever"``: until :meth:`stop`, SIGINT or SIGTERM)."""
+        state = SessionState(session_id, ServeReport(session_id))
+        self._stopping.clear()
+        with self._signals(until == "forever"):
+            async with self._reader(session_id) as reader:
+                await self._loop(state, reader, until, _deadline(timeout))
+        return state.report
+
+    async def run_turn(
+        self,
+        session_id: str,
+        input: str | Sequence[UserMessage | Mapping[str, Any]],
+        *,
+        output_type: type[Any] | None = None,
+        timeout: float | None = None,
+    ) -> TurnResult:
+        """Send ``input``, serve the calls of the Turn it starts, and return its outcome."""
+        state = SessionState(session_id, ServeReport(session_id))
+        deadline = _deadline(timeout)
+        async with self._reader(session_id) as reader:
+            await self._loop(state, reader, "connected", deadline)
+            await self.client.sessions.events.create(session_id, events=[input_event(input)])
+            latest = await self.client.sessions.turns.list(session_id, order="desc", limit=1)
+            if not latest.data:
+                raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
+            state.target_turn = latest.data[0].id
+            state.target_turn_status = latest.data[0].status
+            await self._loop(state, reader, "turn", deadline)
+        assert state.target_turn is not None
+        items = [item async for item in self.client.sessions.items.list(session_id, order="asc")]
+        text = final_text(items, state.target_turn)
+        return TurnResult(
+            session_id=session_id,
+            turn_id=state.target_turn,
+            status=state.target_turn_status or "unknown",
+            text=text,
+            output=parse_output(text, output_type),
+            report=state.report,
+        )
+
+    async def recover(self, session_id: str) -> ServeReport:
+        """One reconciliation pass (see :meth:`FunctionRunner.recover`)."""
+        state = SessionState(session_id, ServeReport(session_id))
+        inbox = _Inbox()
+        await self._reconcile(state, inbox)
+        while state.busy():
+            await self._submit(state)
+            if state.in_flight:
+                await inbox.wait(self._core.next_delay(state))
+                for message in inbox.drain():
+                    await self._handle(state, message, inbox)
+            elif state.delayed:
+                await asyncio.sleep(self._core.next_delay(state) or 0)
+        state.report.final_status = state.status
+        return state.report
+
+    def stop(self) -> None:
+        """Ask running ``serve`` calls to finish their in-flight calls and return."""
+        self._stopping.set()
+
+    async def close(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.to_thread(self.store.close)
+
+    async def __aenter__(self) -> AsyncFunctionRunner:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def _loop(
+        self,
+        state: SessionState,
+        reader: _Reader,
+        until: Until | Literal["turn", "connected"],
+        deadline: float | None,
+    ) -> None:
+        core = self._core
+        tick = core.lease_seconds / 3
+        last_renewal = time.monotonic()
+        while True:
+            if until == "connected":
+                if reader.connected_once:
+                    return
+            elif core.done(state, until):
+                state.report.final_status = state.status
+                return
+            if self._stopping.is_set() and not state.busy():
+                return
+            wait = min(tick, core.next_delay(state) or tick)
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    raise TimeoutError(f"Session {state.session_id} was not settled in time")
+            await reader.messages.wait(wait)
+            for message in reader.messages.drain():
+                await self._handle(state, message, reader.messages)
+            await self._submit(state)
+            if time.monotonic() - last_renewal >= tick:
+                await asyncio.to_thread(core.renew_leases, state)
+                last_renewal = time.monotonic()
+
+    async def _handle(self, state: SessionState, message: Message, inbox: _Inbox) -> None:
+        if isinstance(message, Received):
+            jobs = await asyncio.to_thread(self._core.on_event, state, message.event)
+            self._start(jobs, inbox)
+        elif isinstance(message, Finished):
+            await asyncio.to_thread(self._core.finished, state, message.key, message.event)
+        elif isinstance(message, Connected):
+            await self._reconcile(state, inbox)
+        elif isinstance(message, Dropped):
+            state.report.reconnects += 1
+        elif isinstance(message, Fatal):
+            raise _fatal(state.session_id, message.error)
+
+    async def _reconcile(self, state: SessionState, inbox: _Inbox) -> None:
+        try:
+            session = await self.client.sessions.retrieve(state.session_id)
+        except NotFoundError as exc:
+            raise _fatal(state.session_id, exc) from exc
+        self._start(await asyncio.to_thread(self._core.on_session, state, session), inbox)
+        if state.target_turn is not None:
+            turn = await self.client.sessions.turns.retrieve(
+                state.target_turn, session_id=state.session_id
+            )
+            self._core.on_turn(state, turn.id, turn.status)
+
+    def _start(self, jobs: list[Job], inbox: _Inbox) -> None:
+        for job in jobs:
+            task = asyncio.create_task(self._run(job, inbox))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, job: Job, inbox: _Inbox) -> None:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_concurrency)
+        async with self._slots:
+            if job.function.is_async:
+                event = await self._core.execute_async(job)
+            else:
+                event = await asyncio.to_thread(self._core.execute, job)
+        inbox.put(Finished(job.call.key, event))
+
+    async def _submit(self, state: SessionState) -> None:
+        batches = self._core.take_batches(state)
+        while batches:
+            batch = batches.pop(0)
+            error: Exception | None = None
+            try:
+                await self.client.sessions.events.create(
+                    batch.session_id, events=batch.events, idempotency_key=batch.idempotency_key
+                )
+            except NotFoundError as exc:
+                raise _fatal(state.session_id, exc) from exc
+            except OpenAgentCoreError as exc:
+                error = exc
+            batches.extend(await asyncio.to_thread(self._core.submitted, state, batch, error))
+
+    @contextlib.contextmanager
+    def _signals(self, install: bool) -> Any:
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if install and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, self.stop)
+                    installed.append(sig)
+        try:
+            yield
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    @contextlib.asynccontextmanager
+    async def _reader(self, session_id: str) -> AsyncIterator[_Reader]:
+        reader = _Reader(self, session_id)
+        task = asyncio.create_task(reader.run())
+        try:
+            yield reader
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await reader.close()
+
+
+class _Reader:
+    """Follows one Session's live stream into ``messages``, reconnecting with backoff."""
+
+    def __init__(self, runner: AsyncFunctionRunner, session_id: str) -> None:
+        self.runner = runner
+        self.session_id = session_id
+        self.messages = _Inbox()
+        self.connected_once = False
+        self._stream: AsyncEventStream | None = None
+
+    async def run(self) -> None:
+        while True:
+            try:
+                stream = await self._open()
+            except Exception as exc:
+                self.messages.put(Fatal(exc))
+                return
+            self._stream = stream
+            self.connected_once = True
+            self.messages.put(Connected())
+            error: BaseException | None = None
+            try:
+                async for event in stream:
+                    self.messages.put(Received(event))
+            except Exception as exc:
+                error = exc
+            finally:
+                await stream.close()
+            logger.info("Event stream of %s ended (%s); reconnecting", self.session_id, error)
+            self.messages.put(Dropped(error))
+
+    async def _open(self) -> AsyncEventStream:
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(_reconnectable),
+            wait=tenacity.wait_exponential_jitter(
+                initial=0.05, max=self.runner.reconnect_max_delay
+            ),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self.runner.client.sessions.events.stream(self.session_id)
+        raise AssertionError("tenacity returned without an outcome")  # pragma: no cover
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            await self._stream.close()

@@ -1,0 +1,179 @@
+"""What the sync and async runners share: registration, options and message types."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, overload
+
+import pydantic
+
+from .._errors import OpenAgentCoreError
+from ..store import CallKey, ResultStore, new_owner_id, open_store
+from ..types import InputMessageEvent, MessageItem, SessionEvent, UserMessage
+from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore
+from ._registry import FunctionRegistry, describe_function
+from ._results import ErrorFormatter
+
+__all__ = ["RunnerBase", "RunnerError"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Until = Literal["idle", "forever"]
+
+
+class RunnerError(OpenAgentCoreError):
+    """The runner cannot go on serving this Session (e.g. it was deleted)."""
+
+
+class RunnerBase:
+    """Registration and configuration common to :class:`FunctionRunner` and
+    :class:`AsyncFunctionRunner`."""
+
+    def __init__(
+        self,
+        *,
+        store: ResultStore | str | os.PathLike[str] | None,
+        max_concurrency: int,
+        lease_seconds: float,
+        unknown_functions: Literal["leave", "fail"],
+        error_formatter: ErrorFormatter | None,
+        on_error: ErrorHook | None,
+        on_in_doubt: InDoubtHandler | None,
+        on_action: ActionHandler | None,
+        reconnect_max_delay: float,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        if lease_seconds <= 0:
+            raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
+        if unknown_functions not in ("leave", "fail"):
+            raise ValueError(
+                f"unknown_functions must be 'leave' or 'fail', got {unknown_functions!r}"
+            )
+        self.store = open_store(store)
+        self.max_concurrency = max_concurrency
+        self.reconnect_max_delay = reconnect_max_delay
+        self._registry = FunctionRegistry()
+        self._core = RunnerCore(
+            self._registry,
+            self.store,
+            owner=new_owner_id(),
+            lease_seconds=lease_seconds,
+            unknown_functions=unknown_functions,
+            error_formatter=error_formatter,
+            on_error=on_error,
+            on_in_doubt=on_in_doubt,
+            on_action=on_action,
+        )
+
+    @overload
+    def function(self, func: F, /) -> F: ...
+
+    @overload
+    def function(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
+        idempotent: bool = False,
+        defer_loading: bool = False,
+    ) -> Callable[[F], F]: ...
+
+    def function(
+        self,
+        func: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
+        idempotent: bool = False,
+        defer_loading: bool = False,
+    ) -> Any:
+        """Register a function the agent may call; use as ``@runner.function`` or
+        ``@runner.function(name=..., idempotent=True)``.
+
+        ``idempotent=True`` declares that running the function twice for one call is
+        harmless, so a call left in doubt by a crash is run again instead of failed.
+        The function is returned unchanged.
+        """
+
+        def register(target: Callable[..., Any]) -> Callable[..., Any]:
+            self._registry.add(
+                describe_function(
+                    target,
+                    name=name,
+                    description=description,
+                    parameters=parameters,
+                    idempotent=idempotent,
+                    defer_loading=defer_loading,
+                )
+            )
+            return target
+
+        return register(func) if func is not None else register
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """Declarations for an Agent's or Session's ``tools``; adds ``tool_search``
+        exactly when some function is deferred, as the server requires."""
+        return self._registry.tools()
+
+    def close_store(self) -> None:
+        self.store.close()
+
+
+def input_event(input: str | Sequence[UserMessage | Mapping[str, Any]]) -> InputMessageEvent:
+    if isinstance(input, str):
+        return InputMessageEvent.from_text(input)
+    messages = [m if isinstance(m, UserMessage) else UserMessage.model_validate(m) for m in input]
+    return InputMessageEvent(input=messages)
+
+
+def final_text(items: Sequence[object], turn_id: str) -> str | None:
+    """The Turn's answer: its last assistant message, preferring ``final_answer``."""
+    messages = [
+        item
+        for item in items
+        if isinstance(item, MessageItem) and item.role == "assistant" and item.turn_id == turn_id
+    ]
+    finals = [m for m in messages if m.phase == "final_answer"] or messages
+    return finals[-1].output_text if finals else None
+
+
+def parse_output(text: str | None, output_type: type[Any] | None) -> Any:
+    if output_type is None or text is None:
+        return text
+    return pydantic.TypeAdapter(output_type).validate_json(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """The stream (re)opened: reconcile against a fresh Session read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    event: SessionEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    key: CallKey
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Fatal:
+    error: BaseException
+
+
+Message = Connected | Dropped | Received | Finished | Fatal

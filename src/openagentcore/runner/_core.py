@@ -1,0 +1,560 @@
+"""The runner's decisions, shared by the sync and async runners.
+
+Nothing here touches the network. The drivers (``_sync.py``, ``_async.py``) feed it
+what they observe (events, Session reads, finished calls, submission outcomes) and do
+the I/O it asks for. Store calls are synchronous; the async driver runs each core call
+in a worker thread, one at a time, so the core never runs concurrently with itself.
+
+Order of writes for one call: claim (``started``) before the function runs; save the
+result (``completed``) before it is posted; ``submitted`` after a 202; ``applied`` when
+its ``function_call_output`` Item appears.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._errors import APIConnectionError, APIStatusError, BadRequestError, ConflictError
+from ..store import (
+    CallKey,
+    CallRecord,
+    CallState,
+    ResultStore,
+    arguments_hash,
+)
+from ..types import (
+    FunctionCallAction,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    ItemAddedEvent,
+    ItemDoneEvent,
+    RequiredAction,
+    Session,
+    SessionEvent,
+    SessionSnapshotEvent,
+    TerminalTurnEvent,
+)
+from ._registry import ArgumentsError, FunctionRegistry, RegisteredFunction
+from ._report import ServeReport
+from ._results import IN_DOUBT_ERROR, INTERNAL_ERROR, ErrorFormatter, failure_event, success_event
+
+__all__ = [
+    "Batch",
+    "InDoubtCall",
+    "InDoubtDecision",
+    "Job",
+    "PendingCall",
+    "RunnerCore",
+    "SessionState",
+]
+
+logger = logging.getLogger("openagentcore.runner")
+
+MAX_BATCH = 64
+#: The server may announce a call (its Item) a moment before it can accept the result;
+#: such a result gets 400 "Unknown pending tool call.". Retry it this many times.
+UNKNOWN_CALL_RETRIES = 8
+UNKNOWN_CALL_DELAY = 0.05
+_TERMINAL_STATUSES = frozenset({"idle", "failed"})
+_UNKNOWN_CALL = "unknown pending tool call"
+_OTHER_TURN = "belongs to a different turn"
+_DIFFERENT_RESULT = "already has a different result"
+_CANNOT_ACCEPT = "cannot accept this input"
+#: Remember this many non-function actions already reported, per Session.
+_REPORTED_ACTIONS_LIMIT = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A function call the server is waiting on."""
+
+    key: CallKey
+    name: str
+    arguments: object
+
+    @classmethod
+    def from_action(cls, session_id: str, action: FunctionCallAction) -> PendingCall:
+        return cls(
+            CallKey(session_id, action.turn_id, action.call_id), action.name, action.arguments
+        )
+
+    @classmethod
+    def from_item(cls, session_id: str, turn_id: str, item: FunctionCallItem) -> PendingCall:
+        return cls(CallKey(session_id, turn_id, item.call_id), item.name, item.arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class InDoubtCall:
+    """Given to ``on_in_doubt``: a call that started earlier but left no saved result."""
+
+    key: CallKey
+    function_name: str
+    arguments: object
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class InDoubtDecision:
+    """What to do with a call in doubt; build one with the class methods."""
+
+    kind: Literal["rerun", "fail", "result"]
+    value: object = None
+    error: str = IN_DOUBT_ERROR
+
+    @classmethod
+    def rerun(cls) -> InDoubtDecision:
+        """Run the function again: only safe when repeating its effect is harmless."""
+        return cls("rerun")
+
+    @classmethod
+    def fail(cls, error: str = IN_DOUBT_ERROR) -> InDoubtDecision:
+        """Submit a failed result with ``error`` (the default policy)."""
+        return cls("fail", error=error)
+
+    @classmethod
+    def result(cls, value: object) -> InDoubtDecision:
+        """Submit ``value`` as the successful result, e.g. after checking the effect."""
+        return cls("result", value=value)
+
+
+InDoubtHandler = Callable[[InDoubtCall], InDoubtDecision]
+ActionHandler = Callable[[str, RequiredAction], None]
+ErrorHook = Callable[[CallKey, BaseException], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A function to run for one call; the driver runs it in a thread or a task."""
+
+    call: PendingCall
+    function: RegisteredFunction
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Saved results to post together in one ``events.create`` request."""
+
+    session_id: str
+    records: tuple[CallRecord, ...]
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return [record.result for record in self.records if record.result is not None]
+
+    @property
+    def idempotency_key(self) -> str:
+        """A single result uses its call's stored key; a batch, a key derived from its
+        calls, so a retry of the same batch is the same request."""
+        if len(self.records) == 1:
+            return self.records[0].idempotency_key
+        joined = "\n".join(record.idempotency_key for record in self.records)
+        return "oac-b-" + hashlib.sha256(joined.encode()).hexdigest()
+
+
+class SubmitOutcome(enum.Enum):
+    RETRY_SOON = "retry_soon"
+    RETRY_LATER = "retry_later"
+    SETTLED = "settled"
+
+
+@dataclass(slots=True)
+class SessionState:
+    """What one ``serve``/``run_turn`` knows about its Session."""
+
+    session_id: str
+    report: ServeReport
+    in_flight: set[CallKey] = field(default_factory=set)
+    ready: list[CallRecord] = field(default_factory=list)
+    #: Results waiting to be retried after a short delay: (monotonic not-before, record).
+    delayed: list[tuple[float, CallRecord]] = field(default_factory=list)
+    retries: dict[CallKey, int] = field(default_factory=dict)
+    status: str | None = None
+    #: The Turn ``run_turn`` waits for, and whether it has ended.
+    target_turn: str | None = None
+    target_turn_status: str | None = None
+    reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    resubmitted: set[CallKey] = field(default_factory=set)
+
+    def busy(self) -> bool:
+        return bool(self.in_flight or self.ready or self.delayed)
+
+
+class RunnerCore:
+    """Decisions for every Session a runner serves."""
+
+    def __init__(
+        self,
+        registry: FunctionRegistry,
+        store: ResultStore,
+        *,
+        owner: str,
+        lease_seconds: float,
+        unknown_functions: Literal["leave", "fail"],
+        error_formatter: ErrorFormatter | None,
+        on_error: ErrorHook | None,
+        on_in_doubt: InDoubtHandler | None,
+        on_action: ActionHandler | None,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.unknown_functions = unknown_functions
+        self.error_formatter = error_formatter
+        self.on_error = on_error
+        self.on_in_doubt = on_in_doubt
+        self.on_action = on_action
+
+    # -- observing the server -------------------------------------------------------
+
+    def on_event(self, state: SessionState, event: SessionEvent) -> list[Job]:
+        """Update ``state`` from one stream event; return the functions to start."""
+        if isinstance(event, SessionSnapshotEvent):
+            return self.on_session(state, event.session)
+        if isinstance(event, (ItemAddedEvent, ItemDoneEvent)):
+            item = event.item
+            if isinstance(item, FunctionCallOutputItem):
+                self._mark_applied(CallKey(state.session_id, item.turn_id, item.call_id))
+                return []
+            if isinstance(item, FunctionCallItem) and _is_complete_call(event, item):
+                turn_id = item.turn_id or event.turn_id
+                if turn_id:
+                    return self._consider(
+                        state, [PendingCall.from_item(state.session_id, turn_id, item)]
+                    )
+            return []
+        if isinstance(event, TerminalTurnEvent) and event.turn_id == state.target_turn:
+            state.target_turn_status = event.turn.status
+        return []
+
+    def on_session(self, state: SessionState, session: Session) -> list[Job]:
+        """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
+        state.status = session.status
+        calls: list[PendingCall] = []
+        for action in session.required_actions:
+            if isinstance(action, FunctionCallAction):
+                calls.append(PendingCall.from_action(state.session_id, action))
+            else:
+                self._report_action(state, action)
+        return self._consider(state, calls)
+
+    def on_turn(self, state: SessionState, turn_id: str, status: str) -> None:
+        if turn_id == state.target_turn:
+            state.target_turn_status = status
+
+    def done(self, state: SessionState, until: Literal["idle", "turn", "forever"]) -> bool:
+        if until == "forever" or state.busy():
+            return False
+        if until == "turn":
+            return state.target_turn_status in ("completed", "failed", "cancelled", "incomplete")
+        return state.status in _TERMINAL_STATUSES
+
+    # -- deciding ---------------------------------------------------------------------
+
+    def _consider(self, state: SessionState, calls: Iterable[PendingCall]) -> list[Job]:
+        jobs = []
+        for call in calls:
+            job = self._decide(state, call)
+            if job is not None:
+                jobs.append(job)
+        return jobs
+
+    def _decide(self, state: SessionState, call: PendingCall) -> Job | None:
+        report = state.report
+        if call.key in state.in_flight or any(r.key == call.key for r in state.ready):
+            report.duplicates_skipped += 1
+            return None
+        function = self.registry.get(call.name)
+        if function is None:
+            return self._unknown_function(state, call)
+        record = self.store.get(call.key)
+        if record is None:
+            claim = self.store.claim(
+                call.key,
+                function_name=call.name,
+                arguments_hash=arguments_hash(call.arguments),
+                owner=self.owner,
+                lease_seconds=self.lease_seconds,
+            )
+            if claim.won:
+                state.in_flight.add(call.key)
+                return Job(call, function)
+            record = claim.record
+        return self._decide_existing(state, call, function, record)
+
+    def _decide_existing(
+        self,
+        state: SessionState,
+        call: PendingCall,
+        function: RegisteredFunction,
+        record: CallRecord,
+    ) -> Job | None:
+        report = state.report
+        if record.state in (CallState.APPLIED, CallState.ABANDONED):
+            report.duplicates_skipped += 1
+            return None
+        if record.has_result():
+            if record.state is CallState.SUBMITTED and call.key in state.resubmitted:
+                report.duplicates_skipped += 1  # already sent by this serve; wait for it
+                return None
+            state.ready.append(record)
+            state.resubmitted.add(call.key)
+            report.results_resubmitted += 1
+            return None
+        if record.state is CallState.STARTED and not self.store.is_stale(record):
+            report.duplicates_skipped += 1  # another worker holds a live claim
+            return None
+        return self._in_doubt(state, call, function, record)
+
+    def _in_doubt(
+        self,
+        state: SessionState,
+        call: PendingCall,
+        function: RegisteredFunction,
+        record: CallRecord,
+    ) -> Job | None:
+        if record.state is CallState.STARTED:
+            self.store.mark(call.key, CallState.IN_DOUBT)
+        if call.key not in state.report.in_doubt:
+            state.report.in_doubt.append(call.key)
+        if function.idempotent:
+            decision = InDoubtDecision.rerun()
+        elif self.on_in_doubt is not None:
+            decision = self.on_in_doubt(
+                InDoubtCall(call.key, call.name, call.arguments, record.attempts)
+            )
+        else:
+            decision = InDoubtDecision.fail()
+        logger.warning(
+            "Call %s of %s is in doubt (started, no saved result); resolving with %s",
+            call.key.call_id,
+            call.name,
+            decision.kind,
+        )
+        if decision.kind == "rerun":
+            claim = self.store.take_over(
+                call.key,
+                owner=self.owner,
+                lease_seconds=self.lease_seconds,
+                expected_attempts=record.attempts,
+            )
+            if claim.won:
+                state.in_flight.add(call.key)
+                return Job(call, function)
+            return self._decide_existing(state, call, function, claim.record)
+        if decision.kind == "result":
+            event = success_event(call.key, decision.value)
+        else:
+            event = failure_event(call.key, decision.error)
+        state.ready.append(self.store.save_result(call.key, event, owner=None))
+        return None
+
+    def _unknown_function(self, state: SessionState, call: PendingCall) -> Job | None:
+        if self.unknown_functions == "leave":
+            if call.key not in state.report.left_pending:
+                state.report.left_pending.append(call.key)
+            return None
+        record = self.store.get(call.key)
+        if record is None:
+            claim = self.store.claim(
+                call.key,
+                function_name=call.name,
+                arguments_hash=arguments_hash(call.arguments),
+                owner=self.owner,
+                lease_seconds=self.lease_seconds,
+            )
+            record = claim.record
+            if claim.won:
+                error = f"No function named {call.name!r} is served here."
+                record = self.store.save_result(
+                    call.key, failure_event(call.key, error), owner=self.owner
+                )
+        if record.has_result() and record.state not in (CallState.APPLIED, CallState.ABANDONED):
+            state.ready.append(record)
+        return None
+
+    def _report_action(self, state: SessionState, action: RequiredAction) -> None:
+        ident = getattr(action, "request_id", None) or getattr(action, "environment_id", None)
+        ident = f"{action.type}:{ident}"
+        if ident in state.reported_actions:
+            return
+        state.reported_actions[ident] = None
+        if len(state.reported_actions) > _REPORTED_ACTIONS_LIMIT:
+            state.reported_actions.popitem(last=False)
+        if self.on_action is not None:
+            self.on_action(state.session_id, action)
+        else:
+            logger.info(
+                "Session %s requires a %s action; this runner only serves function calls",
+                state.session_id,
+                action.type,
+            )
+
+    # -- running -----------------------------------------------------------------------
+
+    def execute(self, job: Job) -> dict[str, Any]:
+        """Bind arguments and call a sync function; returns the result event.
+
+        Runs in a worker thread. It never raises for the function's own errors: those
+        become failed results.
+        """
+        try:
+            args, kwargs = job.function.bind(job.call.arguments)
+        except ArgumentsError as exc:
+            return failure_event(job.call.key, str(exc))
+        try:
+            value = job.function.func(*args, **kwargs)
+        except Exception as exc:
+            return self.failed(job, exc)
+        return success_event(job.call.key, value)
+
+    async def execute_async(self, job: Job) -> dict[str, Any]:
+        """The coroutine-function twin of :meth:`execute`."""
+        try:
+            args, kwargs = job.function.bind(job.call.arguments)
+        except ArgumentsError as exc:
+            return failure_event(job.call.key, str(exc))
+        try:
+            value = await job.function.func(*args, **kwargs)
+        except Exception as exc:
+            return self.failed(job, exc)
+        return success_event(job.call.key, value)
+
+    def failed(self, job: Job, exc: Exception) -> dict[str, Any]:
+        logger.debug("Function %s raised %s", job.function.name, type(exc).__name__)
+        if self.on_error is not None:
+            try:
+                self.on_error(job.call.key, exc)
+            except Exception:
+                logger.exception("on_error hook raised; ignoring it")
+        text = INTERNAL_ERROR
+        if self.error_formatter is not None:
+            try:
+                text = self.error_formatter(exc)
+            except Exception:
+                logger.exception("error_formatter raised; sending the generic error text")
+        return failure_event(job.call.key, text)
+
+    def finished(self, state: SessionState, key: CallKey, event: dict[str, Any]) -> None:
+        """Save a finished call's result; it is posted with the next batch."""
+        state.in_flight.discard(key)
+        state.report.calls_run += 1
+        if event.get("success") is False:
+            state.report.function_errors += 1
+        # save_result keeps the first saved result: if another worker saved one first,
+        # that is the one to post.
+        state.ready.append(self.store.save_result(key, event, owner=self.owner))
+
+    def crashed(self, state: SessionState, key: CallKey) -> None:
+        """The driver lost a job without a result (e.g. cancelled): it stays in doubt."""
+        state.in_flight.discard(key)
+
+    def renew_leases(self, state: SessionState) -> None:
+        for key in list(state.in_flight):
+            if not self.store.renew_lease(key, owner=self.owner, lease_seconds=self.lease_seconds):
+                logger.warning("Lost the lease on call %s; another worker may take it", key.call_id)
+
+    # -- submitting --------------------------------------------------------------------
+
+    def take_batches(self, state: SessionState, now: float | None = None) -> list[Batch]:
+        now = time.monotonic() if now is None else now
+        due = [entry for entry in state.delayed if entry[0] <= now]
+        state.delayed = [entry for entry in state.delayed if entry[0] > now]
+        records = [record for _, record in due] + state.ready
+        state.ready = []
+        return [
+            Batch(state.session_id, tuple(records[i : i + MAX_BATCH]))
+            for i in range(0, len(records), MAX_BATCH)
+        ]
+
+    def next_delay(self, state: SessionState, now: float | None = None) -> float | None:
+        """Seconds until the next delayed result is due, if any."""
+        if not state.delayed:
+            return None
+        now = time.monotonic() if now is None else now
+        return max(0.0, min(entry[0] for entry in state.delayed) - now)
+
+    def submitted(self, state: SessionState, batch: Batch, error: Exception | None) -> list[Batch]:
+        """Record a submission's outcome; returns batches to send right away (splits)."""
+        if error is None:
+            for record in batch.records:
+                state.retries.pop(record.key, None)
+                self.store.mark(record.key, CallState.SUBMITTED)
+            state.report.results_submitted += len(batch.records)
+            return []
+        outcome = _classify(error)
+        if len(batch.records) > 1 and outcome is not SubmitOutcome.RETRY_LATER:
+            # One bad result rejects the whole atomic batch: find it by sending each alone.
+            return [Batch(batch.session_id, (record,)) for record in batch.records]
+        (record,) = batch.records
+        if outcome is SubmitOutcome.RETRY_SOON:
+            tries = state.retries.get(record.key, 0)
+            if tries < UNKNOWN_CALL_RETRIES:
+                state.retries[record.key] = tries + 1
+                state.delayed.append((time.monotonic() + UNKNOWN_CALL_DELAY * 2**tries, record))
+                return []
+            del state.retries[record.key]
+            state.report.rejected.append(record.key)
+            logger.warning("Result for call %s was never accepted: %s", record.key.call_id, error)
+            return []
+        if outcome is SubmitOutcome.RETRY_LATER:
+            # The server did not answer usefully even after the client's retries. The
+            # result stays saved; the next reconciliation sends it again.
+            logger.warning("Could not submit result for %s: %s", record.key.call_id, error)
+            return []
+        state.retries.pop(record.key, None)
+        self._settle_refused(state, record, error)
+        return []
+
+    def _settle_refused(self, state: SessionState, record: CallRecord, error: Exception) -> None:
+        message = _message(error)
+        if isinstance(error, ConflictError) and (
+            _DIFFERENT_RESULT in message or error.is_idempotency_conflict
+        ):
+            # The server holds another result for this call. Never overwrite it: surface it.
+            state.report.conflicts.append(record.key)
+            logger.error(
+                "Call %s already has a different result on the server; the saved one was "
+                "not applied. Inspect it with `openagentcore calls show`.",
+                record.key.call_id,
+            )
+        elif isinstance(error, ConflictError):
+            state.report.abandoned.append(record.key)
+        else:
+            state.report.rejected.append(record.key)
+            logger.warning("Result for call %s was rejected: %s", record.key.call_id, error)
+        self.store.mark(record.key, CallState.ABANDONED)
+
+    def _mark_applied(self, key: CallKey) -> None:
+        record = self.store.get(key)
+        if record is not None and record.state is not CallState.APPLIED and record.has_result():
+            self.store.mark(key, CallState.APPLIED)
+
+
+def _message(error: Exception) -> str:
+    return str(getattr(error, "message", error)).lower()
+
+
+def _classify(error: Exception) -> SubmitOutcome:
+    if isinstance(error, BadRequestError) and _UNKNOWN_CALL in _message(error):
+        return SubmitOutcome.RETRY_SOON
+    if isinstance(error, (APIConnectionError,)):
+        return SubmitOutcome.RETRY_LATER
+    if isinstance(error, APIStatusError) and (
+        error.status_code >= 500 or error.status_code in (408, 429)
+    ):
+        return SubmitOutcome.RETRY_LATER
+    return SubmitOutcome.SETTLED
+
+
+def _is_complete_call(event: ItemAddedEvent | ItemDoneEvent, item: FunctionCallItem) -> bool:
+    """A call can run once its arguments are final: on ``item.done``, or an
+    ``item.added`` that already reads completed."""
+    return isinstance(event, ItemDoneEvent) or item.status == "completed"

@@ -1,0 +1,83 @@
+"""Turning a function's return value or exception into a ``tool_result`` event.
+
+The event is built once, saved to the store, and posted exactly as saved: a
+resubmission after a crash sends the same bytes, which the server accepts as an
+identical retry.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pydantic
+import pydantic_core
+
+from ..store import CallKey
+
+__all__ = [
+    "IN_DOUBT_ERROR",
+    "INTERNAL_ERROR",
+    "ErrorFormatter",
+    "failure_event",
+    "success_event",
+]
+
+TOOL_RESULT = "agent.session.input.tool_result"
+#: Sent when a function raised and the application did not opt in to sharing the text:
+#: exception messages can hold secrets, and the model only needs to know it failed.
+INTERNAL_ERROR = "The function failed. Its error details were not shared."
+#: Sent by the default in-doubt policy: the call started earlier but its outcome was
+#: never recorded, so repeating it could repeat its effect.
+IN_DOUBT_ERROR = (
+    "The outcome of this call is unknown: it started before an interruption and was not "
+    "repeated, to avoid running its effect twice."
+)
+
+ErrorFormatter = Callable[[BaseException], str]
+_CONTENT_TYPES = frozenset({"input_text", "input_image"})
+
+
+def _base(key: CallKey, success: bool) -> dict[str, Any]:
+    return {"type": TOOL_RESULT, "turn_id": key.turn_id, "call_id": key.call_id, "success": success}
+
+
+def success_event(key: CallKey, value: object) -> dict[str, Any]:
+    """``output`` from a return value: ``str`` as is, content parts as parts, anything
+    else as JSON text; ``None`` leaves ``output`` out."""
+    event = _base(key, True)
+    if value is not None:
+        event["output"] = _output(value)
+    return event
+
+
+def failure_event(key: CallKey, error: str) -> dict[str, Any]:
+    event = _base(key, False)
+    event["error"] = error
+    return event
+
+
+def _output(value: object) -> str | list[dict[str, Any]]:
+    if isinstance(value, str):
+        return value
+    parts = _content_parts(value)
+    if parts is not None:
+        return parts
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump_json()
+    return json.dumps(pydantic_core.to_jsonable_python(value), ensure_ascii=False)
+
+
+def _content_parts(value: object) -> list[dict[str, Any]] | None:
+    """Text and image parts (message-content rules), given as models or dicts."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    parts: list[dict[str, Any]] = []
+    for item in items:
+        data: object = item
+        if isinstance(item, pydantic.BaseModel):
+            data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not (isinstance(data, Mapping) and data.get("type") in _CONTENT_TYPES):
+            return None
+        parts.append(dict(data))
+    return parts or None
