@@ -338,10 +338,11 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
     if len(functions) > MAX_SESSION_FUNCTIONS:
         raise AdmissionError(
             f"tools: a Session can run at most {MAX_SESSION_FUNCTIONS} functions, "
-            f"got {len(functions)}; defer or drop some.",
+            f"got {len(functions)} (deferred ones count too); drop some or split them "
+            "across Agents.",
             code=UNSUPPORTED,
         )
-    seen_controls: set[str] = set()
+    programmatic_seen = False
     seen_labels: set[str] = set()
     for tool in declared:
         if tool.type == "function":
@@ -355,13 +356,13 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
                     code=UNSUPPORTED,
                 )
         elif tool.type == "programmatic_tool_calling":
-            if "programmatic_tool_calling" in seen_controls:
+            if programmatic_seen:
                 tool.fail(
                     "declare programmatic_tool_calling at most once.",
                     member="type",
                     code=UNSUPPORTED,
                 )
-            seen_controls.add("programmatic_tool_calling")
+            programmatic_seen = True
             if tool.declaration.get("enabled") is not False:
                 tool.fail(
                     'Sessions run programmatic_tool_calling only with "enabled": false; set it '
