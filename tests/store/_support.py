@@ -16,7 +16,6 @@ from openagentcore.store import (
     CallKey,
     MemoryResultStore,
     PostgresResultStore,
-    ResultStore,
     SQLiteResultStore,
 )
 
@@ -45,7 +44,9 @@ class StoreSpec:
     schema: str = "public"
     table: str = "openagentcore_calls"
 
-    def open(self, clock: FakeClock | None = None) -> ResultStore:
+    def open(
+        self, clock: FakeClock | None = None
+    ) -> MemoryResultStore | SQLiteResultStore | PostgresResultStore:
         kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
         if self.kind == "memory":
             return MemoryResultStore(**kwargs)

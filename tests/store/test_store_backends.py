@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -154,7 +155,7 @@ def test_open_store_returns_a_given_store_as_is() -> None:
 def test_open_store_opens_sqlite_for_paths(tmp_path: Path, as_path: bool) -> None:
     path = tmp_path / "calls.db"
 
-    with open_store(path if as_path else str(path)) as store:  # type: ignore[attr-defined]
+    with closing(open_store(path if as_path else str(path))) as store:
         assert isinstance(store, SQLiteResultStore)
         assert store.path == str(path)
 
@@ -164,7 +165,7 @@ def test_open_store_defaults_to_a_durable_file_in_the_working_directory(
 ) -> None:
     monkeypatch.chdir(tmp_path)
 
-    with open_store(None) as store:  # type: ignore[attr-defined]
+    with closing(open_store(None)) as store:
         assert isinstance(store, SQLiteResultStore)
     assert (tmp_path / DEFAULT_SQLITE_PATH).exists()
 

@@ -43,7 +43,7 @@ def test_processes_racing_to_claim_produce_exactly_one_winner_per_key(
     assert wins == Counter(key.call_id for key in keys(KEYS))
     assert len({pid for _owner, pid, _won in reports}) == PROCESSES
 
-    with durable_spec.open() as store:  # type: ignore[attr-defined]
+    with durable_spec.open() as store:
         for key in keys(KEYS):
             record = store.get(key)
             assert record is not None

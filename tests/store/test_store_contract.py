@@ -167,7 +167,7 @@ def test_concurrent_saves_keep_exactly_one_result(store: ResultStore) -> None:
 
 def test_records_handed_out_are_copies(store: ResultStore) -> None:
     claim(store)
-    payload = {"type": "agent.session.input.tool_result", "output": ["a"]}
+    payload: dict[str, Any] = {"type": "agent.session.input.tool_result", "output": ["a"]}
     saved = store.save_result(KEY, payload, owner=None)
 
     payload["output"].append("mutated by caller")
@@ -490,10 +490,10 @@ def test_a_closed_store_says_so(spec: StoreSpec) -> None:
 
 
 def test_records_survive_reopening(durable_spec: StoreSpec, clock: FakeClock) -> None:
-    with durable_spec.open(clock) as first:  # type: ignore[attr-defined]
+    with durable_spec.open(clock) as first:
         claim(first)
         saved = first.save_result(KEY, EVENT, owner="host:1:a")
 
-    with durable_spec.open(clock) as second:  # type: ignore[attr-defined]
+    with durable_spec.open(clock) as second:
         assert second.get(KEY) == saved
         assert not claim(second, owner="host:2:b").won
