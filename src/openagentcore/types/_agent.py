@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 from pydantic import Field
 
@@ -13,6 +13,7 @@ __all__ = [
     "Agent",
     "AgentDeleted",
     "AgentsCoreExtension",
+    "ModelProvider",
     "MultiAgentConfig",
     "ReasoningConfig",
     "ServiceTier",
@@ -36,10 +37,34 @@ class ReasoningConfig(WireModel):
     summary: Literal["concise", "detailed", "auto"] | str | None = None
 
 
+class ModelProvider(WireModel):
+    """The model access a harness uses: a native ``protocol``, ``base_url`` and key.
+
+    ``api_key`` is write-only: reads return ``api_key_configured`` instead. It is left
+    out of ``repr()`` so it cannot leak into logs.
+    """
+
+    protocol: Literal["anthropic", "responses"] | str | None = None
+    base_url: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    api_key_configured: bool | None = None
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+
+
 class AgentsCoreExtension(WireModel):
-    """OpenAgentCore's own settings (``x_agents_core``); other members are kept as extras."""
+    """OpenAgentCore's additions to the official shapes, sent and read as ``x_agents_core``.
+
+    ``harness`` and ``harness_config`` belong on Agents; ``environment`` and the
+    read-only ``installation`` on Sessions; ``model_provider`` on both.
+    """
 
     harness: Literal["codex", "claude_sdk", "mcode"] | str | None = None
+    model_provider: ModelProvider | None = None
+    harness_config: dict[str, Any] | None = None
+    environment: dict[str, Any] | None = None
+    installation: dict[str, Any] | None = Field(default=None, repr=False)
+    """Short-lived install commands for a ``self_hosted`` machine; kept out of ``repr()``."""
 
 
 class _AgentConfig(WireModel):

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 from pydantic import Field
 
 from ._actions import FunctionCallAction, RequiredAction
-from ._agent import SessionAgent
+from ._agent import AgentsCoreExtension, SessionAgent
 from ._base import WireModel
 from ._usage import TokenUsage
 
@@ -73,6 +73,7 @@ class Session(WireModel):
     """Sum of root Turn usage once every Turn ended with known usage, else ``None``."""
     created_at: int
     last_active_at: int
+    x_agents_core: AgentsCoreExtension | None = None
 
     @property
     def pending_function_calls(self) -> list[FunctionCallAction]:
