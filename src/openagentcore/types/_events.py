@@ -360,6 +360,8 @@ class ErrorEvent(_Event):
     """
 
     type: Literal["error"] = "error"
+    # Optional although openai 3.51 requires it: the contract requires only `event_id`
+    # and `type` on every event, and Core's own `stream_interrupted` is its own shape.
     session_id: str | None = None
     error: EventError
 

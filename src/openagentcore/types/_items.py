@@ -46,6 +46,7 @@ CallStatus: TypeAlias = Literal["in_progress", "completed", "failed", "incomplet
 
 
 class _Item(TypedModel):
+    # openai 3.51 lets a message omit `id`; the contract requires it on every Item.
     id: str
     turn_id: str
 
@@ -207,6 +208,8 @@ class UnknownItem(UnknownModel):
     turn_id: str | None = None
 
 
+# The contract pins these fourteen types. openai 3.51 adds computer-use Items that
+# OpenAgentCore never sends; the contract wins and they parse as UnknownItem.
 Item: TypeAlias = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[ReasoningItem, Tag("reasoning")]

@@ -42,6 +42,9 @@ class SessionEnvironment(WireModel):
     daemon connects to.
     """
 
+    # The contract requires only `type`; openai 3.51 also requires id, remote_url,
+    # workspace_directory and capability_directories on self_hosted. The contract wins.
+
     type: Literal["none", "openai_hosted", "self_hosted"] | str
     id: str | None = None
     remote_url: str | None = None
