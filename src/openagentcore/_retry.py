@@ -67,7 +67,7 @@ class RetryPolicy:
             if hinted is not None:
                 return min(hinted, self.max_retry_after)
         ceiling = min(self.max_delay, self.initial_delay * (2 ** (attempt - 1)))
-        return random.uniform(0, ceiling)  # noqa: S311 - jitter, not crypto
+        return random.uniform(0, ceiling)
 
     def tenacity_kwargs(self, request: httpx.Request) -> dict[str, Any]:
         """Arguments for ``tenacity.Retrying``/``AsyncRetrying`` that apply this policy."""
