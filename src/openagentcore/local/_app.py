@@ -21,6 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .._admission import check_session_config, check_text, check_tools
+from .._errors import AdmissionError
 from ._engine import ApiError, Engine, Subscriber, invalid, not_found
 from ._store import AgentRecord, new_id, now
 
@@ -136,6 +138,7 @@ class _App:
     async def update_agent(self, request: Request) -> Response:
         body = await _json_body(request, _JSON_BODY_LIMIT)
         _reject_unknown(body, _AGENT_FIELDS)
+        _check_agent(body)
         agent = self._agent(request.path_params["agent_id"])
         agent.config = _agent_config(agent.config, body)
         agent.updated_at = now()
@@ -218,7 +221,6 @@ class _App:
             return _json(self.engine.session_wire(original), 201)
 
         agent = self._session_agent(body)
-        _admit(agent)
         session, subscriber = self.engine.create_session(
             agent=_public_session_agent(agent),
             environment={"type": "none"},
@@ -249,7 +251,9 @@ class _App:
             if not isinstance(agent_id, str):
                 raise not_found()
             saved = self._agent(agent_id)
+            _admit_session(inline, saved.config)
             return {**_agent_config(saved.config, inline), "id": saved.id}
+        _admit_session(inline, {})
         return {**_agent_config({"model": _DEFAULT_MODEL}, inline), "id": new_id("agent")}
 
     async def list_sessions(self, request: Request) -> Response:
@@ -673,7 +677,7 @@ def _agent_config(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any
 
 def _normalize_tool(tool: dict[str, Any]) -> dict[str, Any]:
     if tool.get("type") == "function":
-        return {"defer_loading": False, "description": "", "parameters": {}, **tool}
+        return {"defer_loading": False, **tool}
     if tool.get("type") == "web_search":
         return {
             "mode": "live",
@@ -715,20 +719,32 @@ def _public_session_agent(config: dict[str, Any]) -> dict[str, Any]:
     return agent
 
 
-def _admit(config: dict[str, Any]) -> None:
-    """Run the SDK's admission rules, which mirror the server's Session admission."""
+def _check_agent(body: dict[str, Any]) -> None:
+    """Protocol checks for a saved Agent: it may keep tools no Harness runs yet."""
     try:
-        from openagentcore._admission import check_session_config  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:  # the shared rules ship separately; without them admit everything
-        return
-    from openagentcore._errors import AdmissionError
+        if "tools" in body:
+            check_tools(body["tools"] or [], for_session=False)
+        if body.get("text") is not None:
+            check_text(body["text"], for_session=False)
+    except AdmissionError as error:
+        raise ApiError(400, error.code, error.message, param=error.field) from None
 
-    extension = config.get("x_agents_core")
+
+def _admit_session(inline: dict[str, Any], saved: dict[str, Any]) -> None:
+    """Session admission over the effective configuration, as sent.
+
+    Inline fields replace saved ones whole, so each value is checked as its source
+    wrote it, before defaults are filled in.
+    """
+    tools = inline["tools"] if "tools" in inline else saved.get("tools")
+    text = inline["text"] if "text" in inline else saved.get("text")
+    extension = inline.get("x_agents_core") or saved.get("x_agents_core")
     harness = extension.get("harness") if isinstance(extension, dict) else None
     try:
-        check_session_config(tools=config["tools"], text=config["text"], harness=harness)
+        check_session_config(tools=tools or [], text=text, harness=harness)
     except AdmissionError as error:
-        raise ApiError(400, error.code, error.message, param=None) from None
+        param = f"agent.{error.field}" if error.field and inline else error.field
+        raise ApiError(400, error.code, error.message, param=param) from None
 
 
 # -- input validation ---------------------------------------------------------------------
