@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import openagentcore.store
 from openagentcore.store import (
     DEFAULT_SQLITE_PATH,
+    CallKey,
     MemoryResultStore,
     PostgresResultStore,
     ResultStore,
@@ -105,6 +107,35 @@ def test_postgres_store_never_shows_the_password(
     with PostgresResultStore(with_password, schema=schema, table=fresh_table) as store:
         assert "hunter2-secret" not in repr(store)
         assert fresh_table in repr(store)
+
+
+@pytest.mark.postgres
+def test_postgres_store_runs_with_only_data_privileges_once_created(
+    postgres_schema: tuple[str, str], fresh_table: str
+) -> None:
+    import psycopg
+
+    dsn, schema = postgres_schema
+    PostgresResultStore(dsn, schema=schema, table=fresh_table).close()
+    role = f"oac_limited_{secrets.token_hex(4)}"
+    tables = f'"{schema}"."{fresh_table}", "{schema}"."{fresh_table}_migrations"'
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        admin.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+        admin.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO "{role}"')
+        try:
+            limited_dsn = dsn.replace("://postgres@", f"://{role}@")
+            with PostgresResultStore(limited_dsn, schema=schema, table=fresh_table) as store:
+                assert store.claim(
+                    CallKey("s", "t", "c"),
+                    function_name="f",
+                    arguments_hash="h",
+                    owner="o",
+                    lease_seconds=5,
+                ).won
+        finally:
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')
 
 
 def test_unreachable_postgres_raises_unavailable_without_the_password() -> None:

@@ -131,11 +131,13 @@ class PostgresResultStore(SQLResultStore):
             # Asking first avoids needing CREATE on the database when the schema exists.
             if not tx.query("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)):
                 tx.execute(f'CREATE SCHEMA "{schema}"')
-            tx.execute(
-                f"CREATE TABLE IF NOT EXISTS {migrations_table} ("
-                "version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
-                "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-            )
+            # Likewise: CREATE ... IF NOT EXISTS checks the privilege before the name.
+            if tx.query("SELECT to_regclass(%s)", (migrations_table,))[0][0] is None:
+                tx.execute(
+                    f"CREATE TABLE {migrations_table} ("
+                    "version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+                    "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                )
             version = int(
                 tx.query(f"SELECT coalesce(max(version), 0) FROM {migrations_table}")[0][0]
             )
