@@ -809,7 +809,7 @@ def executable_tools(draw: st.DrawFn) -> list[Tool]:
     return draw(st.permutations(tools))
 
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
