@@ -28,9 +28,19 @@ def make_core() -> Iterator[Callable[..., LocalCore]]:
         core.stop()
 
 
+@pytest.fixture(scope="module")
+def core() -> Iterator[LocalCore]:
+    """One server per module: tests isolate themselves by creating their own Sessions."""
+    with LocalCore(keepalive_interval=0.2) as shared:
+        yield shared
+
+
 @pytest.fixture
-def core(make_core: Callable[..., LocalCore]) -> LocalCore:
-    return make_core()
+def fresh_api(make_core: Callable[..., LocalCore]) -> Iterator[Api]:
+    """An Api on a server of its own, for tests that look at global lists."""
+    client = Api(make_core())
+    yield client
+    client.close()
 
 
 @pytest.fixture

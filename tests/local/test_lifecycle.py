@@ -224,7 +224,8 @@ def test_creation_stream_sends_the_whole_creation_and_ends_at_idle(api: Api) -> 
     reader.close()
 
 
-def test_creation_retry_returns_the_original_session(api: Api) -> None:
+def test_creation_retry_returns_the_original_session(fresh_api: Api) -> None:
+    api = fresh_api
     body = {"environment": {"type": "none"}, "input": "hi"}
     first = api.http.post("/agents/sessions", json=body, headers={"Idempotency-Key": "k1"})
     again = api.http.post("/agents/sessions", json=body, headers={"Idempotency-Key": "k1"})
@@ -300,7 +301,8 @@ def test_agents_crud_and_sessions_from_a_saved_agent(api: Api) -> None:
     assert missing.status_code == 404
 
 
-def test_admission_errors_map_to_400(api: Api) -> None:
+def test_admission_errors_map_to_400(fresh_api: Api) -> None:
+    api = fresh_api
     tools: list[dict[str, Any]] = [FUNCTION_TOOLS[0], FUNCTION_TOOLS[0]]
     response = api.http.post(
         "/agents/sessions",
