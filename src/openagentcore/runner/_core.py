@@ -180,7 +180,9 @@ class SessionState:
     target_turn: str | None = None
     target_turn_status: str | None = None
     reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    resubmitted: set[CallKey] = field(default_factory=set)
+    #: Calls whose result this serve has queued or sent and not yet seen applied: a
+    #: repeated announcement of one of them is a duplicate, not a reason to send again.
+    sent: set[CallKey] = field(default_factory=set)
 
     def busy(self) -> bool:
         return bool(self.in_flight or self.ready or self.delayed)
@@ -221,7 +223,9 @@ class RunnerCore:
         if isinstance(event, (ItemAddedEvent, ItemDoneEvent)):
             item = event.item
             if isinstance(item, FunctionCallOutputItem):
-                self._mark_applied(CallKey(state.session_id, item.turn_id, item.call_id))
+                key = CallKey(state.session_id, item.turn_id, item.call_id)
+                state.sent.discard(key)
+                self._mark_applied(key)
                 return []
             if isinstance(item, FunctionCallItem) and _is_complete_call(event, item):
                 turn_id = item.turn_id or event.turn_id
@@ -237,6 +241,8 @@ class RunnerCore:
     def on_session(self, state: SessionState, session: Session) -> list[Job]:
         """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
         state.status = session.status
+        if session.status in _TERMINAL_STATUSES and not session.required_actions:
+            state.sent.clear()  # nothing is pending: no announcement can repeat
         calls: list[PendingCall] = []
         for action in session.required_actions:
             if isinstance(action, FunctionCallAction):
@@ -268,7 +274,11 @@ class RunnerCore:
 
     def _decide(self, state: SessionState, call: PendingCall) -> Job | None:
         report = state.report
-        if call.key in state.in_flight or any(r.key == call.key for r in state.ready):
+        if (
+            call.key in state.in_flight
+            or any(record.key == call.key for record in state.ready)
+            or any(record.key == call.key for _, record in state.delayed)
+        ):
             report.duplicates_skipped += 1
             return None
         function = self.registry.get(call.name)
@@ -301,17 +311,21 @@ class RunnerCore:
             report.duplicates_skipped += 1
             return None
         if record.has_result():
-            if record.state is CallState.SUBMITTED and call.key in state.resubmitted:
-                report.duplicates_skipped += 1  # already sent by this serve; wait for it
-                return None
-            state.ready.append(record)
-            state.resubmitted.add(call.key)
-            report.results_resubmitted += 1
+            self._resubmit(state, call, record)
             return None
         if record.state is CallState.STARTED and not self.store.is_stale(record):
             report.duplicates_skipped += 1  # another worker holds a live claim
             return None
         return self._in_doubt(state, call, function, record)
+
+    def _resubmit(self, state: SessionState, call: PendingCall, record: CallRecord) -> None:
+        """Send a saved result again instead of running the function again."""
+        if record.state is CallState.SUBMITTED and call.key in state.sent:
+            state.report.duplicates_skipped += 1  # already sent by this serve; wait for it
+            return
+        state.ready.append(record)
+        state.sent.add(call.key)
+        state.report.results_resubmitted += 1
 
     def _in_doubt(
         self,
@@ -357,27 +371,41 @@ class RunnerCore:
         return None
 
     def _unknown_function(self, state: SessionState, call: PendingCall) -> Job | None:
-        if self.unknown_functions == "leave":
+        """A call to a function this runner does not serve.
+
+        A result another runner saved is still resubmitted (that is how
+        ``openagentcore recover`` settles a Session without the application's code);
+        a call in doubt is reported but left to a runner that knows the function.
+        """
+        record = self.store.get(call.key)
+        if record is not None:
+            if record.state in (CallState.APPLIED, CallState.ABANDONED):
+                state.report.duplicates_skipped += 1
+                return None
+            if record.has_result():
+                self._resubmit(state, call, record)
+                return None
+            if record.state is CallState.IN_DOUBT or self.store.is_stale(record):
+                if call.key not in state.report.in_doubt:
+                    state.report.in_doubt.append(call.key)
+                return None
+        if self.unknown_functions == "leave" or record is not None:
             if call.key not in state.report.left_pending:
                 state.report.left_pending.append(call.key)
             return None
-        record = self.store.get(call.key)
-        if record is None:
-            claim = self.store.claim(
-                call.key,
-                function_name=call.name,
-                arguments_hash=arguments_hash(call.arguments),
-                owner=self.owner,
-                lease_seconds=self.lease_seconds,
+        claim = self.store.claim(
+            call.key,
+            function_name=call.name,
+            arguments_hash=arguments_hash(call.arguments),
+            owner=self.owner,
+            lease_seconds=self.lease_seconds,
+        )
+        if claim.won:
+            error = f"No function named {call.name!r} is served here."
+            saved = self.store.save_result(
+                call.key, failure_event(call.key, error), owner=self.owner
             )
-            record = claim.record
-            if claim.won:
-                error = f"No function named {call.name!r} is served here."
-                record = self.store.save_result(
-                    call.key, failure_event(call.key, error), owner=self.owner
-                )
-        if record.has_result() and record.state not in (CallState.APPLIED, CallState.ABANDONED):
-            state.ready.append(record)
+            state.ready.append(saved)
         return None
 
     def _report_action(self, state: SessionState, action: RequiredAction) -> None:
@@ -445,6 +473,7 @@ class RunnerCore:
     def finished(self, state: SessionState, key: CallKey, event: dict[str, Any]) -> None:
         """Save a finished call's result; it is posted with the next batch."""
         state.in_flight.discard(key)
+        state.sent.add(key)
         state.report.calls_run += 1
         if event.get("success") is False:
             state.report.function_errors += 1
