@@ -6,7 +6,7 @@ import os
 import socket
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openagentcore.store import (
@@ -70,6 +70,7 @@ def test_idempotency_keys_are_stable_short_and_distinct() -> None:
     assert value != idempotency_key_for(CallKey("sess_1", "turn_11", "call_"))
 
 
+@settings(max_examples=40)
 @given(arguments=st.dictionaries(st.text(), JSON))
 def test_arguments_hash_is_the_same_for_the_json_text_and_the_value(
     arguments: dict[str, object],

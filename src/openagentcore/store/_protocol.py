@@ -57,6 +57,9 @@ class ResultStore(Protocol):
     ) -> CallRecord:
         """Save the event to submit and move a running call to ``COMPLETED``.
 
+        A saving ``owner`` becomes the record's owner (``None`` keeps the current one) and
+        the lease is cleared: a saved result needs no one running the function.
+
         The first saved result wins: if one exists, or the call is settled, the record is
         returned unchanged, so submit ``record.result`` rather than your own. Raises
         ``UnknownCallError`` when there is no record.

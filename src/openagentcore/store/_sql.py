@@ -133,13 +133,17 @@ class SQLResultStore(StoreBase):
             lease_seconds=lease_seconds,
             now=self._clock(),
         )
+        row = _rules.record_to_row(record, None)
         with self._transaction() as tx:
-            inserted = tx.query(self._insert_sql, _rules.record_to_row(record, None))
-            if inserted:
-                return Claim(won=True, record=_rules.record_from_row(inserted[0]))
-            # The conflicting row is committed: ON CONFLICT waits for the other inserter.
-            existing = tx.query(self._get_sql, _key_params(key))
-        return Claim(won=False, record=_rules.record_from_row(existing[0]))
+            while True:
+                inserted = tx.query(self._insert_sql, row)
+                if inserted:
+                    return Claim(won=True, record=_rules.record_from_row(inserted[0]))
+                # ON CONFLICT waited for the other inserter to commit, so its row is visible
+                # now, unless prune() deleted it in between; then the insert can succeed.
+                existing = tx.query(self._get_sql, _key_params(key))
+                if existing:
+                    return Claim(won=False, record=_rules.record_from_row(existing[0]))
 
     def take_over(
         self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int

@@ -67,6 +67,9 @@ class SQLiteResultStore(SQLResultStore):
         try:
             self._configure(connection)
             self._migrate()
+        except sqlite3.OperationalError as exc:
+            self.close()
+            raise _unavailable(self._path, exc) from exc
         except BaseException:
             self.close()
             raise
