@@ -1,0 +1,201 @@
+"""A runner process that tests kill with SIGKILL at chosen instants, then restart.
+
+Run as ``python crash_worker.py SESSION_ID WORKDIR [--kill WINDOW:FUNCTION]
+[--kill-after SECONDS] [--runner sync|async]``, with ``OPENAGENTCORE_BASE_URL`` and
+``OPENAGENTCORE_API_KEY`` in the environment (never on the command line).
+
+It serves the Session with a :class:`SQLiteResultStore` in ``WORKDIR/calls.db``. Every
+run of a function appends ``<function> <order>`` to ``WORKDIR/effects.log`` (flushed and
+fsynced) before it returns, so the test can count effects after any crash.
+
+Kill windows, each at the first call of ``FUNCTION`` that reaches it:
+
+- ``claim``: before the call is claimed in the store (nothing recorded yet);
+- ``effect``: inside the function, right after its effect (started, no result saved);
+- ``saved``: right after its result is saved (completed, not yet posted);
+- ``submitted``: right after it is marked submitted (the server has the result).
+
+Before killing itself it writes what it hit to ``WORKDIR/victim.json``. ``--kill-after``
+kills at a random instant instead. A run that ends normally prints its ServeReport as
+JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from openagentcore import AsyncClient, Client
+from openagentcore.runner import AsyncFunctionRunner, FunctionRunner, ServeReport
+from openagentcore.runner._base import RunnerBase
+from openagentcore.store import (
+    CallKey,
+    CallRecord,
+    CallState,
+    Claim,
+    MemoryResultStore,
+    ResultStore,
+    SQLiteResultStore,
+)
+
+WINDOWS = ("claim", "effect", "saved", "submitted")
+#: How long each function works after its effect, so random kills land inside calls.
+WORK_SECONDS = 0.02
+
+
+class Killer:
+    """Kills this process the first time ``window`` is reached by ``function``."""
+
+    def __init__(self, workdir: Path, window: str | None, function: str | None) -> None:
+        self.workdir = workdir
+        self.window = window
+        self.function = function
+
+    def reached(self, window: str, function: str, **victim: str) -> None:
+        if window == self.window and function == self.function:
+            record = {"window": window, "function": function, **victim}
+            (self.workdir / "victim.json").write_text(json.dumps(record))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillingStore:
+    """A store that hands every call to ``inner`` and lets the killer strike around it."""
+
+    def __init__(self, inner: ResultStore, killer: Killer) -> None:
+        self.inner = inner
+        self.killer = killer
+
+    def _function(self, key: CallKey) -> str:
+        record = self.inner.get(key)
+        return record.function_name if record is not None else ""
+
+    def claim(
+        self,
+        key: CallKey,
+        *,
+        function_name: str,
+        arguments_hash: str,
+        owner: str,
+        lease_seconds: float,
+    ) -> Claim:
+        self.killer.reached("claim", function_name, call_id=key.call_id)
+        return self.inner.claim(
+            key,
+            function_name=function_name,
+            arguments_hash=arguments_hash,
+            owner=owner,
+            lease_seconds=lease_seconds,
+        )
+
+    def save_result(
+        self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
+    ) -> CallRecord:
+        record = self.inner.save_result(key, result, owner=owner)
+        self.killer.reached("saved", record.function_name, call_id=key.call_id)
+        return record
+
+    def mark(self, key: CallKey, state: CallState) -> None:
+        self.inner.mark(key, state)
+        if state is CallState.SUBMITTED:
+            self.killer.reached("submitted", self._function(key), call_id=key.call_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def register(runner: RunnerBase, effects: Path, killer: Killer | None) -> None:
+    """The functions every worker serves: ``charge`` (not idempotent) and ``reserve``."""
+
+    def effect(function: str, order: str) -> str:
+        with effects.open("a", encoding="utf-8") as log:
+            log.write(f"{function} {order}\n")
+            log.flush()
+            os.fsync(log.fileno())
+        if killer is not None:
+            killer.reached("effect", function, order=order)
+        time.sleep(WORK_SECONDS)
+        return f"{function}d {order}"
+
+    @runner.function
+    def charge(order: str) -> str:
+        """Charge the customer for an order (not safe to repeat)."""
+        return effect("charge", order)
+
+    @runner.function(idempotent=True)
+    def reserve(order: str) -> str:
+        """Reserve stock for an order (safe to repeat)."""
+        return effect("reserve", order)
+
+
+def tools() -> list[dict[str, Any]]:
+    """The declarations a test puts on the Session the workers serve."""
+    client = Client(api_key="unused", base_url="http://127.0.0.1:9/v1")
+    with client, FunctionRunner(client, store=MemoryResultStore()) as runner:
+        register(runner, Path(os.devnull), None)
+        return runner.tools
+
+
+def _report_json(report: ServeReport) -> str:
+    def plain(value: object) -> object:
+        if isinstance(value, CallKey):
+            return value.call_id
+        if isinstance(value, list):
+            return [plain(item) for item in value]
+        return value
+
+    return json.dumps({f.name: plain(getattr(report, f.name)) for f in dataclasses.fields(report)})
+
+
+def _serve_sync(session_id: str, store: ResultStore, effects: Path, killer: Killer) -> ServeReport:
+    with Client() as client, FunctionRunner(client, store=store) as runner:
+        register(runner, effects, killer)
+        return runner.serve(session_id, timeout=30)
+
+
+async def _serve_async(
+    session_id: str, store: ResultStore, effects: Path, killer: Killer
+) -> ServeReport:
+    async with AsyncClient() as client, AsyncFunctionRunner(client, store=store) as runner:
+        register(runner, effects, killer)
+        return await runner.serve(session_id, timeout=30)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("session_id")
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--kill", default=None, help="WINDOW:FUNCTION")
+    parser.add_argument("--kill-after", type=float, default=None)
+    parser.add_argument("--runner", choices=("sync", "async"), default="sync")
+    args = parser.parse_args(argv)
+
+    window, function = args.kill.split(":") if args.kill else (None, None)
+    if window is not None and window not in WINDOWS:
+        parser.error(f"--kill window must be one of {WINDOWS}, got {window!r}")
+    killer = Killer(args.workdir, window, function)
+    store: ResultStore = KillingStore(SQLiteResultStore(args.workdir / "calls.db"), killer)
+    if args.kill_after is not None:
+        timer = threading.Timer(args.kill_after, os.kill, (os.getpid(), signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+    effects = args.workdir / "effects.log"
+    if args.runner == "sync":
+        report = _serve_sync(args.session_id, store, effects, killer)
+    else:
+        report = asyncio.run(_serve_async(args.session_id, store, effects, killer))
+    print(_report_json(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,283 @@
+"""Kill a serving process with SIGKILL at any instant, restart it, and check that no
+call ran twice and none was lost.
+
+Each test keeps one LocalCore in this process while worker processes
+(``crash_worker.py``) come and go, sharing a SQLite result store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openagentcore import Client
+from openagentcore.local import FunctionCall, LocalCore
+from openagentcore.runner import IN_DOUBT_ERROR
+from openagentcore.store import CallRecord, CallState, SQLiteResultStore
+
+from . import crash_worker
+from ._support import AppliedCall, applied_calls, one_turn
+
+pytestmark = pytest.mark.slow
+
+WORKER = Path(crash_worker.__file__)
+WORKER_TIMEOUT = 60
+
+
+@dataclass
+class CrashRig:
+    """One Session on a LocalCore, and the worker processes that serve it."""
+
+    core: LocalCore
+    client: Client
+    workdir: Path
+    session_id: str
+
+    def run_worker(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "OPENAGENTCORE_BASE_URL": self.core.base_url,
+            "OPENAGENTCORE_API_KEY": self.core.api_key,
+        }
+        return subprocess.run(
+            [sys.executable, str(WORKER), self.session_id, str(self.workdir), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=WORKER_TIMEOUT,
+            check=False,
+        )
+
+    def killed_worker(self, *args: str) -> dict[str, str]:
+        """Run a worker that must die by SIGKILL in its window; returns what it hit."""
+        done = self.run_worker(*args)
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        return dict(json.loads((self.workdir / "victim.json").read_text()))
+
+    def finishing_worker(self, *args: str) -> dict[str, Any]:
+        """Run a worker to the end; returns its ServeReport as a dict."""
+        done = self.run_worker(*args)
+        assert done.returncode == 0, done.stderr
+        report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        assert report["final_status"] == "idle"
+        return report
+
+    def effects(self) -> Counter[tuple[str, str]]:
+        log = self.workdir / "effects.log"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return Counter((line.split()[0], line.split()[1]) for line in lines)
+
+    def records(self) -> dict[str, CallRecord]:
+        store = SQLiteResultStore(self.workdir / "calls.db")
+        try:
+            return {record.key.call_id: record for record in store.find(session_id=self.session_id)}
+        finally:
+            store.close()
+
+    def call_for_order(self, order: str) -> str:
+        (call_id,) = (
+            call_id
+            for call_id, applied in applied_calls(self.client, self.session_id).items()
+            if applied.arguments == {"order": order}
+        )
+        return call_id
+
+    def check_invariants(self) -> dict[str, AppliedCall]:
+        """What must hold however the workers died; returns the calls by ID."""
+        calls = applied_calls(self.client, self.session_id)
+        records = self.records()
+        submitted = self.core.stored_results(self.session_id)
+        effects = self.effects()
+        assert calls, "the scenario made no calls"
+        for call_id, applied in calls.items():
+            name, order = applied.call.name, applied.arguments["order"]
+            assert applied.output is not None, f"{name} {order} was never applied"
+            record = records[call_id]
+            assert record.result is not None
+            # What the server holds is byte for byte what the store saved first.
+            assert submitted[call_id] == record.result
+            assert applied.output.output == record.result.get("output")
+            assert applied.output.error == record.result.get("error")
+            runs = effects[(name, order)]
+            if name == "charge":
+                assert runs <= 1, f"charge {order} ran {runs} times"
+                if record.result["success"]:
+                    assert runs == 1
+                    assert record.result["output"] == f"charged {order}"
+                else:
+                    assert record.result["error"] == IN_DOUBT_ERROR
+            else:
+                # Idempotent: never failed for being in doubt, re-run at most once per claim.
+                assert record.result["success"] is True
+                assert record.result["output"] == f"reserved {order}"
+                assert 1 <= runs <= record.attempts
+        assert self.client.sessions.retrieve(self.session_id).status == "idle"
+        return calls
+
+
+@pytest.fixture
+def make_rig(
+    make_core: Callable[..., LocalCore], tmp_path: Path
+) -> Iterator[Callable[..., CrashRig]]:
+    clients: list[Client] = []
+
+    def make(*steps: list[FunctionCall]) -> CrashRig:
+        core = make_core(scenario=one_turn(*steps))
+        client = Client(api_key=core.api_key, base_url=core.base_url)
+        clients.append(client)
+        session = client.sessions.create(
+            agent={"model": "scripted", "tools": crash_worker.tools()}, input="process orders"
+        )
+        return CrashRig(core, client, tmp_path, session.id)
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+SEQUENTIAL = [
+    [FunctionCall("charge", {"order": "o1"})],
+    [FunctionCall("reserve", {"order": "o2"})],
+    [FunctionCall("charge", {"order": "o3"})],
+    [FunctionCall("reserve", {"order": "o4"})],
+]
+RUNNERS = ["sync", "async"]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_killed_before_claim_runs_the_call_once_after_restart(
+    make_rig: Callable[..., CrashRig], runner: str
+) -> None:
+    rig = make_rig(*SEQUENTIAL)
+    victim = rig.killed_worker("--kill", "claim:charge", "--runner", runner)
+    assert rig.records() == {}
+    assert rig.effects() == Counter()
+
+    rig.finishing_worker("--runner", runner)
+
+    rig.check_invariants()
+    record = rig.records()[victim["call_id"]]
+    assert record.attempts == 1
+    assert record.result is not None
+    assert record.result["success"] is True
+    assert rig.effects()[("charge", "o1")] == 1
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_killed_after_the_effect_fails_the_call_in_doubt_without_rerunning(
+    make_rig: Callable[..., CrashRig], runner: str
+) -> None:
+    rig = make_rig(*SEQUENTIAL)
+    rig.killed_worker("--kill", "effect:charge", "--runner", runner)
+    assert [r.state for r in rig.records().values()] == [CallState.STARTED]
+
+    report = rig.finishing_worker("--runner", runner)
+
+    rig.check_invariants()
+    victim = rig.call_for_order("o1")
+    assert report["in_doubt"] == [victim]
+    record = rig.records()[victim]
+    assert record.result is not None
+    assert record.result["success"] is False
+    assert record.result["error"] == IN_DOUBT_ERROR
+    assert record.attempts == 1
+    assert rig.effects()[("charge", "o1")] == 1
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_killed_after_the_effect_reruns_an_idempotent_call_exactly_once(
+    make_rig: Callable[..., CrashRig], runner: str
+) -> None:
+    rig = make_rig(*SEQUENTIAL)
+    rig.killed_worker("--kill", "effect:reserve", "--runner", runner)
+
+    report = rig.finishing_worker("--runner", runner)
+
+    rig.check_invariants()
+    victim = rig.call_for_order("o2")
+    assert report["in_doubt"] == [victim]
+    assert report["calls_run"] == 3  # o2 again, then o3 and o4
+    record = rig.records()[victim]
+    assert record.attempts == 2
+    assert record.result is not None
+    assert record.result["output"] == "reserved o2"
+    assert rig.effects() == Counter(
+        {("charge", "o1"): 1, ("reserve", "o2"): 2, ("charge", "o3"): 1, ("reserve", "o4"): 1}
+    )
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("function", ["charge", "reserve"])
+def test_killed_after_saving_resubmits_the_saved_result(
+    make_rig: Callable[..., CrashRig], runner: str, function: str
+) -> None:
+    rig = make_rig(*SEQUENTIAL)
+    victim = rig.killed_worker("--kill", f"saved:{function}", "--runner", runner)
+    saved = rig.records()[victim["call_id"]]
+    assert saved.state is CallState.COMPLETED
+    assert victim["call_id"] not in rig.core.stored_results(rig.session_id)
+
+    report = rig.finishing_worker("--runner", runner)
+
+    rig.check_invariants()
+    assert report["results_resubmitted"] == 1
+    assert report["in_doubt"] == []
+    assert rig.core.stored_results(rig.session_id)[victim["call_id"]] == saved.result
+    assert sum(rig.effects().values()) == 4
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_killed_after_submitting_neither_reruns_nor_loses_the_call(
+    make_rig: Callable[..., CrashRig], runner: str
+) -> None:
+    rig = make_rig(*SEQUENTIAL)
+    victim = rig.killed_worker("--kill", "submitted:charge", "--runner", runner)
+    assert rig.records()[victim["call_id"]].state is CallState.SUBMITTED
+
+    report = rig.finishing_worker("--runner", runner)
+
+    rig.check_invariants()
+    assert report["calls_run"] == 3
+    assert report["in_doubt"] == []
+    assert sum(rig.effects().values()) == 4
+
+
+KILLS = 10
+
+
+@pytest.mark.parametrize("seed", [20261203])
+def test_random_kills_never_repeat_or_lose_a_call(
+    make_rig: Callable[..., CrashRig], seed: int
+) -> None:
+    names = ["charge", "reserve", "charge"]
+    steps = [
+        [FunctionCall(name, {"order": f"s{step}c{slot}"}) for slot, name in enumerate(names)]
+        for step in range(6)
+    ]
+    rig = make_rig(*steps)
+    chance = random.Random(seed)
+    kills = 0
+    for attempt in range(KILLS):
+        runner = RUNNERS[attempt % 2]
+        delay = f"{chance.uniform(0.0, 0.3):.3f}"
+        done = rig.run_worker("--kill-after", delay, "--runner", runner)
+        if done.returncode == 0:
+            break
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        kills += 1
+    rig.finishing_worker("--runner", "sync")
+
+    calls = rig.check_invariants()
+    assert len(calls) == 18
+    assert kills >= 3, f"only {kills} kills landed; the delays are too long"
