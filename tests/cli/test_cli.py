@@ -1,0 +1,150 @@
+"""The ``openagentcore`` commands that inspect and settle a store, over real HTTP."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from openagentcore import Client, SQLiteResultStore
+from openagentcore.cli import main
+from openagentcore.local import LocalCore
+from openagentcore.store import CallKey, CallState, arguments_hash, new_owner_id
+from openagentcore.types import FunctionCallAction
+
+TOOL = {
+    "type": "function",
+    "name": "refund",
+    "description": "Refund an order.",
+    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+}
+
+
+def _pending_call(client: Client, session_id: str) -> FunctionCallAction:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        session = client.sessions.retrieve(session_id)
+        for action in session.required_actions:
+            if isinstance(action, FunctionCallAction):
+                return action
+        time.sleep(0.02)
+    raise AssertionError("the Session never asked for the function call")
+
+
+@pytest.fixture
+def setup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Client, str, FunctionCallAction, Path]:
+    core = LocalCore(keepalive_interval=0.5).start()
+    monkeypatch.setenv("OPENAGENTCORE_BASE_URL", core.base_url)
+    monkeypatch.setenv("OPENAGENTCORE_API_KEY", core.api_key)
+    client = Client()
+    session = client.sessions.create(agent={"model": "scripted", "tools": [TOOL]}, input="go")
+    action = _pending_call(client, session.id)
+    yield client, session.id, action, tmp_path / "calls.db"
+    client.close()
+    core.stop()
+
+
+def _save_result(store_path: Path, session_id: str, action: FunctionCallAction) -> CallKey:
+    key = CallKey(session_id, action.turn_id, action.call_id)
+    store = SQLiteResultStore(store_path)
+    claim = store.claim(
+        key,
+        function_name=action.name,
+        arguments_hash=arguments_hash(action.arguments),
+        owner=new_owner_id(),
+        lease_seconds=30,
+    )
+    assert claim.won
+    event = {
+        "type": "agent.session.input.tool_result",
+        "turn_id": key.turn_id,
+        "call_id": key.call_id,
+        "success": True,
+        "output": "refunded",
+    }
+    store.save_result(key, event, owner=None)
+    store.close()
+    return key
+
+
+def test_pending_says_which_calls_have_saved_results(
+    setup: tuple[Client, str, FunctionCallAction, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, session_id, action, store_path = setup
+    SQLiteResultStore(store_path).close()
+    assert main(["pending", session_id, "--store", str(store_path)]) == 0
+    assert "not in the store" in capsys.readouterr().out
+
+    _save_result(store_path, session_id, action)
+    assert main(["pending", session_id, "--store", str(store_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"call {action.call_id}: saved result (completed)" in out
+    assert "requires_action" in out
+
+
+def test_recover_resubmits_the_saved_result_and_settles_the_session(
+    setup: tuple[Client, str, FunctionCallAction, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, session_id, action, store_path = setup
+    key = _save_result(store_path, session_id, action)
+
+    assert main(["recover", session_id, "--store", str(store_path)]) == 0
+    assert "1 saved result(s) resubmitted" in capsys.readouterr().out
+
+    outputs = [
+        item
+        for item in client.sessions.items.list(session_id, order="asc")
+        if item.type == "function_call_output"
+    ]
+    assert [(o.call_id, o.output) for o in outputs] == [(action.call_id, "refunded")]  # type: ignore[union-attr]
+    store = SQLiteResultStore(store_path)
+    record = store.get(key)
+    store.close()
+    assert record is not None
+    assert record.state is CallState.SUBMITTED
+
+
+def test_recover_lists_a_call_in_doubt_without_resolving_it(
+    setup: tuple[Client, str, FunctionCallAction, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, session_id, action, store_path = setup
+    key = CallKey(session_id, action.turn_id, action.call_id)
+    store = SQLiteResultStore(store_path)
+    store.claim(
+        key,
+        function_name=action.name,
+        arguments_hash="x",
+        owner="another-host:1:ab",
+        lease_seconds=0.01,
+    )
+    store.close()
+    time.sleep(0.05)  # the other host's lease expires without a saved result
+
+    assert main(["recover", session_id, "--store", str(store_path)]) == 0
+    assert f"in doubt: call {action.call_id}" in capsys.readouterr().out
+    assert client.sessions.retrieve(session_id).status == "requires_action"
+
+
+def test_calls_list_and_show(
+    setup: tuple[Client, str, FunctionCallAction, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, session_id, action, store_path = setup
+    _save_result(store_path, session_id, action)
+
+    assert main(["calls", "list", "--store", str(store_path), "--state", "completed"]) == 0
+    listing = capsys.readouterr().out
+    assert action.call_id in listing
+    assert "1 call(s)" in listing
+
+    assert main(["calls", "show", action.call_id, "--store", str(store_path)]) == 0
+    shown = capsys.readouterr().out
+    assert '"output": "refunded"' in shown
+    assert main(["calls", "show", "call_missing", "--store", str(store_path)]) == 1
+
+
+def test_calls_list_rejects_an_unknown_state(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(["calls", "list", "--store", str(tmp_path / "x.db"), "--state", "bogus"])
