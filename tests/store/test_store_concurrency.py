@@ -15,14 +15,18 @@ PROCESSES = 4
 KEYS = 60
 # Forked workers start in milliseconds; each still opens its own connections, so the race
 # is between processes exactly as in production.
-START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+FORK_AVAILABLE = "fork" in multiprocessing.get_all_start_methods()
 
 
 def test_processes_racing_to_claim_produce_exactly_one_winner_per_key(
     durable_spec: StoreSpec,
 ) -> None:
     durable_spec.open().close()  # create the schema so the race is about claims only
-    context = multiprocessing.get_context(START_METHOD)
+    context = (
+        multiprocessing.get_context("fork")
+        if FORK_AVAILABLE
+        else multiprocessing.get_context("spawn")
+    )
     barrier = context.Barrier(PROCESSES)
     results = context.Queue()
     workers = [
