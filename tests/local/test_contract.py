@@ -17,7 +17,8 @@ CANCEL = {"type": "agent.session.input.cancel"}
 
 def _error(response: httpx.Response) -> dict[str, Any]:
     body: dict[str, Any] = response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"type", "code", "message", "param"}
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"type", "code", "message", "param"}
     return body["error"]
 
 
@@ -70,21 +71,24 @@ def test_repeated_beta_header_is_rejected(core: LocalCore) -> None:
         ("Authorization", f"Bearer {core.api_key}"),
     ]
     response = httpx.get(f"{core.base_url}/agents/sessions", headers=headers)
-    assert response.status_code == 400 and _error(response)["code"] == "invalid_beta"
+    assert response.status_code == 400
+    assert _error(response)["code"] == "invalid_beta"
 
 
 def test_every_response_has_a_fresh_request_id(api: Api) -> None:
     first = api.http.get("/agents/sessions")
     second = api.http.get("/agents/sessions/sess_missing")
     ids = {first.headers["X-Request-Id"], second.headers["X-Request-Id"]}
-    assert len(ids) == 2 and all(re.fullmatch(r"req_[0-9a-f]{32}", i) for i in ids)
+    assert len(ids) == 2
+    assert all(re.fullmatch(r"req_[0-9a-f]{32}", i) for i in ids)
     assert first.headers["OpenAI-Version"] == "2020-10-01"
     assert first.headers["Cache-Control"] == "no-store"
 
 
 def test_unknown_route_and_method(api: Api) -> None:
     unknown = api.http.get("/agents/nothing/here")
-    assert unknown.status_code == 404 and _error(unknown)["code"] == "unsupported_operation"
+    assert unknown.status_code == 404
+    assert _error(unknown)["code"] == "unsupported_operation"
     head = api.http.head("/agents/sessions/sess_x/events")
     assert head.status_code == 405
 
@@ -118,9 +122,8 @@ def test_call_of_another_session_is_unknown(api: Api) -> None:
     _, action = _waiting(api)
     other_id, _ = _waiting(api)
     response = api.post_events(other_id, [result_event(action, "x")])
-    assert (
-        response.status_code == 400 and _error(response)["message"] == "Unknown pending tool call."
-    )
+    assert response.status_code == 400
+    assert _error(response)["message"] == "Unknown pending tool call."
 
 
 def test_identical_retry_is_accepted_before_and_after_the_turn_ends(
@@ -144,7 +147,7 @@ def test_identical_retry_is_accepted_before_and_after_the_turn_ends(
 def test_a_different_result_conflicts_before_and_after_the_turn_ends(
     api: Api, change: dict[str, Any]
 ) -> None:
-    session_id, action = _waiting(api, FUNCTION_TOOLS)
+    session_id, _action = _waiting(api, FUNCTION_TOOLS)
     actions = api.session(session_id)["required_actions"]
     first = result_event(actions[0], "2")
     assert api.post_events(session_id, [first]).status_code == 202
@@ -209,7 +212,8 @@ def test_malformed_results_are_400_before_the_session_lookup(
         "success": True,
     }
     response = api.post_events("sess_missing", [{**base, **event}])
-    assert response.status_code == 400 and _error(response)["code"] == code
+    assert response.status_code == 400
+    assert _error(response)["code"] == code
 
 
 @pytest.mark.parametrize("field", ["turn_id", "call_id", "success"])
@@ -280,14 +284,16 @@ def test_batch_size_limit(api: Api, count: int, status: int) -> None:
 def test_null_events_are_invalid(api: Api) -> None:
     session = api.create_session()
     response = api.http.post(f"/agents/sessions/{session['id']}/events", json={"events": None})
-    assert response.status_code == 400 and _error(response)["param"] == "events"
+    assert response.status_code == 400
+    assert _error(response)["param"] == "events"
 
 
 def test_body_limits(api: Api) -> None:
     session = api.create_session()
     api.wait_status(session["id"], "idle")
     too_big = api.post_events(session["id"], [message_event("x" * (1024 * 1024))])
-    assert too_big.status_code == 413 and _error(too_big)["code"] == "request_too_large"
+    assert too_big.status_code == 413
+    assert _error(too_big)["code"] == "request_too_large"
     stored = api.post_events(
         session["id"], [message_event("x" * 300 * 1024), message_event("y" * 300 * 1024)]
     )
@@ -312,7 +318,8 @@ def test_body_gate(api: Api, body: bytes, content_type: str, fragment: str) -> N
         content=body,
         headers={"Content-Type": content_type},
     )
-    assert response.status_code == 400 and fragment in _error(response)["message"]
+    assert response.status_code == 400
+    assert fragment in _error(response)["message"]
 
 
 def test_idempotency_key_replays_and_conflicts(api: Api) -> None:
@@ -365,15 +372,18 @@ def test_list_pages_with_cursors_both_ways(api: Api) -> None:
     session_id = _turns(api, 3)
     path = f"/agents/sessions/{session_id}/turns"
     desc = api.http.get(path).json()
-    assert desc["object"] == "list" and desc["has_more"] is False
+    assert desc["object"] == "list"
+    assert desc["has_more"] is False
     ids = [t["id"] for t in desc["data"]]
     assert (desc["first_id"], desc["last_id"]) == (ids[0], ids[-1])
     asc = api.http.get(path, params={"order": "asc"}).json()
     assert [t["id"] for t in asc["data"]] == ids[::-1]
     page = api.http.get(path, params={"order": "asc", "limit": 2}).json()
-    assert page["has_more"] is True and [t["id"] for t in page["data"]] == ids[::-1][:2]
+    assert page["has_more"] is True
+    assert [t["id"] for t in page["data"]] == ids[::-1][:2]
     rest = api.http.get(path, params={"order": "asc", "limit": 2, "after": page["last_id"]}).json()
-    assert [t["id"] for t in rest["data"]] == [ids[0]] and rest["has_more"] is False
+    assert [t["id"] for t in rest["data"]] == [ids[0]]
+    assert rest["has_more"] is False
     empty = api.http.get(path, params={"after": ids[-1]}).json()
     assert empty == {
         "object": "list",
@@ -406,7 +416,8 @@ def test_item_limit_zero_becomes_one(api: Api) -> None:
     session = api.create_session()
     api.wait_status(session["id"], "idle")
     page = api.http.get(f"/agents/sessions/{session['id']}/items", params={"limit": 0}).json()
-    assert len(page["data"]) == 1 and page["has_more"] is True
+    assert len(page["data"]) == 1
+    assert page["has_more"] is True
 
 
 @pytest.mark.parametrize(
@@ -421,7 +432,8 @@ def test_item_limit_zero_becomes_one(api: Api) -> None:
 def test_unresolved_cursor(api: Api, route: str, status: int, message: str) -> None:
     session = api.create_session()
     response = api.http.get(route.format(sid=session["id"]), params={"after": "nope"})
-    assert response.status_code == status and _error(response)["message"] == message
+    assert response.status_code == status
+    assert _error(response)["message"] == message
 
 
 def test_order_and_repeated_keys(api: Api) -> None:

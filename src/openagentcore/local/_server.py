@@ -183,7 +183,9 @@ class LocalCore:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # An explicit IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections;
+    # without it every response waits ~40 ms on Nagle and delayed ACKs.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)
