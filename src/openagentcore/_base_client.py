@@ -171,8 +171,15 @@ class _ClientCore:
 
     @staticmethod
     def _decode(response: httpx.Response, parse: Callable[[Any], T] | None) -> T | None:
-        if parse is None or response.status_code == 204 or not response.content:
+        if parse is None:
             return None
+        if not response.content:
+            raise APIResponseValidationError(
+                f"Expected a JSON body from {response.request.method} "
+                f"{response.request.url.path}, got an empty {response.status_code} response",
+                response=response,
+                body=None,
+            )
         try:
             body = response.json()
         except ValueError as exc:
