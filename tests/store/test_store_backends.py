@@ -138,6 +138,33 @@ def test_postgres_store_runs_with_only_data_privileges_once_created(
             admin.execute(f'DROP ROLE "{role}"')
 
 
+@pytest.mark.postgres
+def test_postgres_store_recovers_when_the_server_drops_its_connections(
+    postgres_schema: tuple[str, str], fresh_table: str
+) -> None:
+    import psycopg
+
+    dsn, schema = postgres_schema
+    application = f"oac_dropped_{secrets.token_hex(4)}"
+    tagged_dsn = f"{dsn}{'&' if '?' in dsn else '?'}application_name={application}"
+    key = CallKey("s", "t", "c")
+    with PostgresResultStore(tagged_dsn, schema=schema, table=fresh_table) as store:
+        store.claim(key, function_name="f", arguments_hash="h", owner="o", lease_seconds=5)
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            dropped = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (application,),
+            ).fetchone()
+        assert dropped is not None
+        assert dropped[0] >= 1
+
+        record = store.get(key)  # the pool notices the dead connection and opens another
+
+        assert record is not None
+        assert record.owner == "o"
+
+
 def test_unreachable_postgres_raises_unavailable_without_the_password() -> None:
     with pytest.raises(StoreUnavailableError, match="could not connect") as caught:
         PostgresResultStore(
