@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
+import signal
+import subprocess
+import sys
 import threading
 from collections import Counter
+from pathlib import Path
 
-from openagentcore.store import ResultStore
+import pytest
+
+from openagentcore.store import CallKey, ResultStore, SQLiteResultStore
 
 from ._support import StoreSpec, applied_schema_versions, claim_race_worker, keys
 
@@ -82,3 +88,41 @@ def test_first_opens_racing_create_the_schema_once(durable_spec: StoreSpec) -> N
         assert store.find() == []
         store.close()
     assert applied_schema_versions(durable_spec) == [1]
+
+
+CRASHING_RUNNER = """
+import sys, time
+from openagentcore.store import CallKey, SQLiteResultStore, new_owner_id
+store = SQLiteResultStore(sys.argv[1])
+owner = new_owner_id()
+for name in ("running", "finished"):
+    store.claim(CallKey("s", "t", name), function_name="f", arguments_hash="h",
+                owner=owner, lease_seconds=3600)
+store.save_result(CallKey("s", "t", "finished"), {"type": "x", "output": "done"}, owner=owner)
+print(owner, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL and pid probing")
+def test_a_killed_runner_leaves_its_work_recoverable(tmp_path: Path) -> None:
+    path = tmp_path / "calls.db"
+    runner = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_RUNNER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert runner.stdout is not None
+    owner = runner.stdout.readline().strip()
+    runner.send_signal(signal.SIGKILL)
+    runner.wait(timeout=30)
+
+    with SQLiteResultStore(path) as store:
+        running = store.get(CallKey("s", "t", "running"))
+        finished = store.get(CallKey("s", "t", "finished"))
+        assert running is not None
+        assert finished is not None
+        assert finished.result == {"type": "x", "output": "done"}
+        assert running.owner == owner
+        assert store.is_stale(running)  # long lease, but its process is gone
+        assert store.take_over(
+            running.key, owner="successor:1:a", lease_seconds=60, expected_attempts=1
+        ).won
