@@ -94,6 +94,7 @@ class AsyncFunctionRunner(RunnerBase):
         on_in_doubt: InDoubtHandler | None = None,
         on_action: ActionHandler | None = None,
         reconnect_max_delay: float = 2.0,
+        poll_interval: float = 1.0,
     ) -> None:
         super().__init__(
             store=store,
@@ -105,6 +106,7 @@ class AsyncFunctionRunner(RunnerBase):
             on_in_doubt=on_in_doubt,
             on_action=on_action,
             reconnect_max_delay=reconnect_max_delay,
+            poll_interval=poll_interval,
         )
         self.client = client
         self._slots: asyncio.Semaphore | None = None
@@ -209,7 +211,11 @@ class AsyncFunctionRunner(RunnerBase):
                 return
             if self._stopping.is_set() and not state.busy():
                 return
-            wait = min(tick, core.next_delay(state) or tick)
+            poll_in = core.poll_due(state, self.poll_interval)
+            if poll_in == 0:
+                await self._reconcile(state, reader.messages)
+                continue
+            wait = min(tick, poll_in, core.next_delay(state) or tick)
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:

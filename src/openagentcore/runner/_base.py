@@ -42,6 +42,7 @@ class RunnerBase:
         on_in_doubt: InDoubtHandler | None,
         on_action: ActionHandler | None,
         reconnect_max_delay: float,
+        poll_interval: float,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -54,6 +55,8 @@ class RunnerBase:
         self.store = open_store(store)
         self.max_concurrency = max_concurrency
         self.reconnect_max_delay = reconnect_max_delay
+        #: How often to re-read a Session that waits on calls held by other workers.
+        self.poll_interval = poll_interval
         self._registry = FunctionRegistry()
         self._core = RunnerCore(
             self._registry,

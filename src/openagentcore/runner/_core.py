@@ -183,6 +183,12 @@ class SessionState:
     #: Calls whose result this serve has queued or sent and not yet seen applied: a
     #: repeated announcement of one of them is a duplicate, not a reason to send again.
     sent: set[CallKey] = field(default_factory=set)
+    #: Function calls the latest Session read lists as pending.
+    pending: set[CallKey] = field(default_factory=set)
+    #: Pending calls this runner leaves to others: functions it does not serve, or a
+    #: call in doubt that only a runner knowing the function can resolve.
+    not_mine: set[CallKey] = field(default_factory=set)
+    last_read: float = 0.0
 
     def busy(self) -> bool:
         return bool(self.in_flight or self.ready or self.delayed)
@@ -241,6 +247,7 @@ class RunnerCore:
     def on_session(self, state: SessionState, session: Session) -> list[Job]:
         """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
         state.status = session.status
+        state.last_read = time.monotonic()
         if session.status in _TERMINAL_STATUSES and not session.required_actions:
             state.sent.clear()  # nothing is pending: no announcement can repeat
         calls: list[PendingCall] = []
@@ -249,6 +256,8 @@ class RunnerCore:
                 calls.append(PendingCall.from_action(state.session_id, action))
             else:
                 self._report_action(state, action)
+        state.pending = {call.key for call in calls}
+        state.not_mine &= state.pending
         return self._consider(state, calls)
 
     def on_turn(self, state: SessionState, turn_id: str, status: str) -> None:
@@ -260,7 +269,22 @@ class RunnerCore:
             return False
         if until == "turn":
             return state.target_turn_status in ("completed", "failed", "cancelled", "incomplete")
+        if state.status == "requires_action":
+            # Waiting only on what this runner cannot do (other functions, approvals,
+            # an Environment): serving longer would change nothing.
+            return state.pending <= state.not_mine
         return state.status in _TERMINAL_STATUSES
+
+    def poll_due(self, state: SessionState, interval: float, now: float | None = None) -> float:
+        """Seconds until the Session should be read again (0: now).
+
+        While the Session waits on calls other workers hold, no event may come for a
+        long time; reading it now and then notices a worker that died.
+        """
+        if state.status != "requires_action" or state.busy():
+            return interval
+        now = time.monotonic() if now is None else now
+        return max(0.0, state.last_read + interval - now)
 
     # -- deciding ---------------------------------------------------------------------
 
@@ -388,10 +412,12 @@ class RunnerCore:
             if record.state is CallState.IN_DOUBT or self.store.is_stale(record):
                 if call.key not in state.report.in_doubt:
                     state.report.in_doubt.append(call.key)
+                state.not_mine.add(call.key)
                 return None
         if self.unknown_functions == "leave" or record is not None:
             if call.key not in state.report.left_pending:
                 state.report.left_pending.append(call.key)
+            state.not_mine.add(call.key)
             return None
         claim = self.store.claim(
             call.key,
