@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.synchronize
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from openagentcore.store import (
     PostgresResultStore,
     SQLiteResultStore,
 )
+from openagentcore.store._records import process_host
 
 POSTGRES_DSN_ENV = "OPENAGENTCORE_TEST_POSTGRES_DSN"
 
@@ -80,7 +80,7 @@ def dead_owner() -> str:
         check=True,
     )
     pid = int(child.stdout)
-    return f"{socket.gethostname()}:{pid}:deadbeef"
+    return f"{process_host()}:{pid}:deadbeef"
 
 
 def keys(count: int, session: str = "sess_race") -> list[CallKey]:

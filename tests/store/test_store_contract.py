@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from openagentcore.store import (
     UnknownCallError,
     idempotency_key_for,
 )
+from openagentcore.store._records import process_host
 
 from ._support import FakeClock, StoreSpec, dead_owner
 
@@ -336,7 +336,7 @@ def test_renew_lease_fails_once_the_call_moved_on(store: ResultStore) -> None:
 
 
 def test_staleness_follows_the_lease(store: ResultStore, clock: FakeClock) -> None:
-    record = claim(store, owner=f"{socket.gethostname()}-elsewhere:1:a").record
+    record = claim(store, owner=f"{process_host()}-elsewhere:1:a").record
 
     assert not store.is_stale(record)
     clock.advance(LEASE)

@@ -16,6 +16,7 @@ from openagentcore.store import (
     new_owner_id,
     owner_is_dead,
 )
+from openagentcore.store._records import process_host
 
 from ._support import dead_owner
 
@@ -30,18 +31,26 @@ def test_owner_ids_name_this_host_and_process_and_differ_per_call() -> None:
     first, second = new_owner_id(), new_owner_id()
 
     host, pid, token = first.rsplit(":", 2)
-    assert (host, int(pid)) == (socket.gethostname(), os.getpid())
+    assert (host, int(pid)) == (process_host(), os.getpid())
     assert token
     assert first != second
 
 
 def test_a_live_owner_is_not_dead() -> None:
     assert not owner_is_dead(new_owner_id())
-    assert not owner_is_dead(f"{socket.gethostname()}:1:init")  # pid 1 always exists
+    assert not owner_is_dead(f"{process_host()}:1:init")  # pid 1 always exists
 
 
 def test_an_exited_process_on_this_host_is_dead() -> None:
     assert owner_is_dead(dead_owner())
+
+
+def test_a_process_in_another_pid_namespace_is_not_probed() -> None:
+    _host, pid, token = dead_owner().rsplit(":", 2)
+    other_container = f"{socket.gethostname()}/1:{pid}:{token}"
+
+    assert process_host() != f"{socket.gethostname()}/1"
+    assert not owner_is_dead(other_container)
 
 
 @pytest.mark.parametrize(
@@ -49,9 +58,9 @@ def test_an_exited_process_on_this_host_is_dead() -> None:
     [
         "another-host.example:1:abc",  # cannot be probed from here
         "no-pid-here",
-        f"{socket.gethostname()}:not-a-pid:abc",
-        f"{socket.gethostname()}:0:abc",
-        f"{socket.gethostname()}:-5:abc",
+        f"{process_host()}:not-a-pid:abc",
+        f"{process_host()}:0:abc",
+        f"{process_host()}:-5:abc",
     ],
 )
 def test_owners_that_cannot_be_checked_are_not_dead(owner: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import hashlib
 import json
 import os
@@ -90,18 +91,34 @@ class Claim:
 
 
 def new_owner_id() -> str:
-    """A fresh owner id ``host:pid:token``; the token tells apart restarts that reuse a pid."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+    """A fresh owner id ``host:pid:token``; the token tells apart restarts that reuse a pid.
+
+    On Linux ``host`` is the host name plus the pid namespace (``name/4026531836``), so
+    containers that share a host name but not their process ids never judge each other's
+    processes dead.
+    """
+    return f"{process_host()}:{os.getpid()}:{secrets.token_hex(6)}"
+
+
+@functools.lru_cache(maxsize=1)
+def process_host() -> str:
+    """Where this process's pid means something: the host name, plus the pid namespace."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()}/{namespace}"
 
 
 def owner_is_dead(owner: str) -> bool:
-    """Whether ``owner`` is known to be gone: it ran on this host and its process has exited.
+    """Whether ``owner`` is known to be gone: it ran on this host (and pid namespace) and
+    its process has exited.
 
-    An owner on another host, or an id this module did not make, is never reported dead:
+    An owner elsewhere, or an id :func:`new_owner_id` did not make, is never reported dead:
     only its lease can expire.
     """
     parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != socket.gethostname():
+    if len(parts) != 3 or parts[0] != process_host():
         return False
     try:
         pid = int(parts[1])
