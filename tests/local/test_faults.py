@@ -161,5 +161,5 @@ def test_parse_fault(spec: str, expected: Faults) -> None:
     "spec", ["nope=1", "duplicate_every", "duplicate_every=x", "duplicate_every=0"]
 )
 def test_parse_fault_rejects_bad_specs(spec: str) -> None:
-    with pytest.raises(ValueError, match="duplicate_every|NAME=VALUE|at least 1"):
+    with pytest.raises(ValueError, match=r"duplicate_every|NAME=VALUE|at least 1"):
         parse_fault(spec, Faults())

@@ -82,7 +82,11 @@ def test_recursive_refs_terminate() -> None:
 def test_scenario_from_yaml_and_json(tmp_path: Path) -> None:
     yaml_file = tmp_path / "s.yaml"
     yaml_file.write_text(
-        "turns:\n  - steps:\n      - - name: add\n          arguments: {a: 2, b: 3}\n        - name: lookup\n"
+        "turns:\n"
+        "  - steps:\n"
+        "      - - name: add\n"
+        "          arguments: {a: 2, b: 3}\n"
+        "        - name: lookup\n"
         "    answer: 'sum is {add}'\n",
         encoding="utf-8",
     )
