@@ -588,8 +588,10 @@ class RunnerCore:
         self.store.mark(record.key, CallState.ABANDONED)
 
     def _mark_applied(self, key: CallKey) -> None:
+        """An output Item proves our result was applied only once the server accepted it
+        (``SUBMITTED``); before that, the Item carries a result someone else sent."""
         record = self.store.get(key)
-        if record is not None and record.state is not CallState.APPLIED and record.has_result():
+        if record is not None and record.state is CallState.SUBMITTED:
             self.store.mark(key, CallState.APPLIED)
 
 
