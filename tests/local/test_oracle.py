@@ -64,7 +64,8 @@ def test_openai_stream_helper_completes_a_turn_with_several_calls(oracle: openai
     assert types[-1] == "agent.session.idle"
     assert "agent.session.requires_action" in types
     final = sessions.retrieve(session.id)
-    assert final.status == "idle" and final.required_actions == []
+    assert final.status == "idle"
+    assert final.required_actions == []
     items = list(sessions.items.list(session.id, order="asc"))
     assert items[-1].type == "message"
     assert items[-1].content[0].text == "Results: add: 2; lookup: meaning of example word."  # type: ignore[union-attr]
