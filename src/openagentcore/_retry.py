@@ -29,6 +29,9 @@ __all__ = ["RetryPolicy", "retry_after_seconds"]
 logger = logging.getLogger("openagentcore")
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+#: Past this many doublings every sensible ``max_delay`` is reached; stopping there keeps
+#: ``2.0 ** n`` from overflowing when ``max_retries`` is very large.
+_MAX_DOUBLINGS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,8 @@ class RetryPolicy:
             hinted = retry_after_seconds(error.response.headers)
             if hinted is not None:
                 return min(hinted, self.max_retry_after)
-        ceiling = min(self.max_delay, self.initial_delay * (2 ** (attempt - 1)))
+        doublings = min(attempt - 1, _MAX_DOUBLINGS)
+        ceiling = min(self.max_delay, self.initial_delay * 2.0**doublings)
         return random.uniform(0, ceiling)
 
     def tenacity_kwargs(self, request: httpx.Request) -> dict[str, Any]:
