@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from openagentcore import Client
-from openagentcore.local import FunctionCall, Scenario, TurnScript
+import httpx
+from anyio.from_thread import start_blocking_portal
+
+from openagentcore import AsyncClient, Client
+from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
+from openagentcore.runner import AsyncFunctionRunner, FunctionRunner, ServeReport, TurnResult
+from openagentcore.store import MemoryResultStore
 from openagentcore.types import FunctionCallItem, FunctionCallOutputItem
 
 
@@ -43,3 +52,122 @@ def applied_calls(client: Client, session_id: str) -> dict[str, AppliedCall]:
 def one_turn(*steps: Sequence[FunctionCall], answer: str = "{summary}") -> Scenario:
     """A scenario whose first Turn runs ``steps`` (each a round of parallel calls)."""
     return Scenario(turns=[TurnScript(steps=[tuple(step) for step in steps], answer=answer)])
+
+
+RunnerKind = Literal["sync", "async"]
+
+
+class Harness:
+    """One runner, sync or async, driven from the test's thread.
+
+    The async runner lives on an event loop in a blocking portal, so one test body
+    covers both. Every response the runner's client receives is recorded, to prove that
+    a fault really happened.
+    """
+
+    def __init__(self, core: LocalCore, kind: RunnerKind, **options: Any) -> None:
+        self.core = core
+        self.kind = kind
+        self.responses: list[tuple[str, str, int]] = []
+        self.client = Client(api_key=core.api_key, base_url=core.base_url)
+        self.runner: FunctionRunner | AsyncFunctionRunner
+        self._stack = ExitStack()
+        self._stack.callback(self.client.close)
+        options.setdefault("store", MemoryResultStore())
+        if kind == "sync":
+            http = httpx.Client(event_hooks={"response": [self._record]})
+            self._stack.callback(http.close)
+            runner_client = Client(api_key=core.api_key, base_url=core.base_url, http_client=http)
+            self._stack.callback(runner_client.close)
+            self.runner = FunctionRunner(runner_client, **options)
+            self._stack.callback(self.runner.close)
+        else:
+            self.portal = self._stack.enter_context(start_blocking_portal())
+            self.runner = self.portal.call(functools.partial(self._async_runner, **options))
+
+    async def _async_runner(self, **options: Any) -> AsyncFunctionRunner:
+        async def record(response: httpx.Response) -> None:
+            self._record(response)
+
+        http = httpx.AsyncClient(event_hooks={"response": [record]})
+        runner_client = AsyncClient(
+            api_key=self.core.api_key, base_url=self.core.base_url, http_client=http
+        )
+        runner = AsyncFunctionRunner(runner_client, **options)
+
+        async def close() -> None:
+            await runner.close()
+            await runner_client.close()
+            await http.aclose()
+
+        self._stack.callback(self.portal.call, close)
+        return runner
+
+    def _record(self, response: httpx.Response) -> None:
+        request = response.request
+        self.responses.append((request.method, request.url.path, response.status_code))
+
+    def statuses(self, method: str, suffix: str) -> list[int]:
+        return [s for m, path, s in self.responses if m == method and path.endswith(suffix)]
+
+    def create_session(self, input: str = "go", **agent: Any) -> str:
+        """A Session on the runner's tools; creating it starts the first Turn."""
+        spec = {"model": "scripted", "tools": self.runner.tools, **agent}
+        return self.client.sessions.create(agent=spec, input=input).id
+
+    def serve(self, session_id: str, timeout: float = 15) -> ServeReport:
+        if isinstance(self.runner, FunctionRunner):
+            return self.runner.serve(session_id, timeout=timeout)
+        return self.portal.call(functools.partial(self.runner.serve, session_id, timeout=timeout))
+
+    def recover(self, session_id: str) -> ServeReport:
+        if isinstance(self.runner, FunctionRunner):
+            return self.runner.recover(session_id)
+        return self.portal.call(self.runner.recover, session_id)
+
+    def run_turn(self, session_id: str, text: str, **options: Any) -> TurnResult:
+        options.setdefault("timeout", 15)
+        if isinstance(self.runner, FunctionRunner):
+            return self.runner.run_turn(session_id, text, **options)
+        return self.portal.call(
+            functools.partial(self.runner.run_turn, session_id, text, **options)
+        )
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+Flavour = Literal["def", "async def"]
+
+
+def flavoured(func: Callable[..., Any], flavour: Flavour) -> Callable[..., Any]:
+    """``func`` itself, or a coroutine function with the same name, docs and signature."""
+    if flavour == "def":
+        return func
+
+    @functools.wraps(func)
+    async def coroutine(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0)
+        return func(*args, **kwargs)
+
+    return coroutine
+
+
+class CallLog:
+    """Thread-safe record of function runs, and of how many ran at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.runs: list[tuple[str, Any]] = []
+        self.running = 0
+        self.peak = 0
+
+    def enter(self, name: str, argument: Any) -> None:
+        with self._lock:
+            self.runs.append((name, argument))
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.running -= 1

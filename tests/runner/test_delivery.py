@@ -1,0 +1,335 @@
+"""Delivery of results over real loopback HTTP, with the emulator's faults turned on.
+
+Every test runs with both runners; most also with both plain and coroutine functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import pydantic
+import pytest
+
+from openagentcore.local import Faults, FunctionCall, LocalCore, Scenario, TurnScript
+from openagentcore.runner import AsyncFunctionRunner, ServeReport
+from openagentcore.store import CallKey, CallState
+from openagentcore.types import InputCancelEvent, ToolResultEvent
+
+from ._support import CallLog, Flavour, Harness, applied_calls, flavoured, one_turn
+
+MakeCore = Callable[..., LocalCore]
+MakeHarness = Callable[..., Harness]
+
+ADDITIONS = [
+    [FunctionCall("add", {"a": 1, "b": 2}), FunctionCall("add", {"a": 3, "b": 4})],
+    [FunctionCall("add", {"a": 5, "b": 6}), FunctionCall("add", {"a": 7, "b": 8})],
+    [FunctionCall("add", {"a": 9, "b": 10})],
+]
+
+
+def register_add(harness: Harness, flavour: Flavour, log: CallLog) -> None:
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        log.enter("add", (a, b))
+        log.leave()
+        return a + b
+
+    harness.runner.function(flavoured(add, flavour))
+
+
+def assert_each_addition_ran_once(harness: Harness, session_id: str, log: CallLog) -> None:
+    calls = applied_calls(harness.client, session_id)
+    pairs = [(c.arguments["a"], c.arguments["b"]) for c in calls.values()]
+    assert sorted(pairs) == sorted(pair for _, pair in log.runs)
+    assert len(calls) == sum(len(step) for step in ADDITIONS)
+    for applied in calls.values():
+        assert applied.output is not None
+        assert applied.output.output == str(applied.arguments["a"] + applied.arguments["b"])
+    assert harness.client.sessions.retrieve(session_id).status == "idle"
+
+
+def _reconnected(harness: Harness, report: ServeReport) -> None:
+    assert report.reconnects >= 2
+
+
+def _skipped_duplicates(harness: Harness, report: ServeReport) -> None:
+    assert report.duplicates_skipped >= 1
+
+
+def _retried_503(harness: Harness, report: ServeReport) -> None:
+    assert 503 in harness.statuses("POST", "/events")
+
+
+def _retried_unknown_call(harness: Harness, report: ServeReport) -> None:
+    assert 400 in harness.statuses("POST", "/events")
+    assert report.rejected == []
+
+
+FAULTS = {
+    "stream-closed-after-3-events": (Faults(close_stream_after=3), _reconnected),
+    "every-event-twice": (Faults(duplicate_every=1), _skipped_duplicates),
+    "503-before-admitting": (Faults(reject_input_every=2, retry_after=0), _retried_503),
+    "503-after-admitting": (Faults(lose_input_response_every=2, retry_after=0), _retried_503),
+    "registration-race": (Faults(pending_call_delay=0.1), _retried_unknown_call),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_every_call_runs_once_and_is_applied_despite_faults(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, fault: str
+) -> None:
+    faults, shows_the_fault = FAULTS[fault]
+    harness = make_harness(make_core(scenario=one_turn(*ADDITIONS), faults=faults))
+    log = CallLog()
+    register_add(harness, flavour, log)
+    session_id = harness.create_session()
+
+    report = harness.serve(session_id)
+
+    assert_each_addition_ran_once(harness, session_id, log)
+    assert report.calls_run == report.results_submitted == 5
+    assert report.final_status == "idle"
+    shows_the_fault(harness, report)
+
+
+def test_result_for_a_cancelled_turn_is_abandoned(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
+) -> None:
+    harness = make_harness(make_core(scenario=one_turn([FunctionCall("ship", {"order": "o1"})])))
+    session: dict[str, str] = {}
+
+    def ship(order: str) -> str:
+        """Ship an order; the user cancels the Turn while it runs."""
+        harness.client.sessions.events.create(session["id"], events=[InputCancelEvent()])
+        return f"shipped {order}"
+
+    harness.runner.function(flavoured(ship, flavour))
+    session["id"] = harness.create_session()
+
+    report = harness.serve(session["id"])
+
+    (call_id,) = applied_calls(harness.client, session["id"])
+    (key,) = report.abandoned
+    assert key.call_id == call_id
+    assert report.conflicts == report.rejected == []
+    record = harness.runner.store.get(key)
+    assert record is not None
+    assert record.state is CallState.ABANDONED
+    assert applied_calls(harness.client, session["id"])[call_id].output is None
+    (turn,) = harness.client.sessions.turns.list(session["id"]).data
+    assert turn.status == "cancelled"
+
+
+def test_a_different_result_already_on_the_server_is_reported_not_overwritten(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
+) -> None:
+    harness = make_harness(make_core(scenario=one_turn([FunctionCall("charge", {"order": "o1"})])))
+    session: dict[str, str] = {}
+
+    def charge(order: str) -> str:
+        """Charge an order; another worker answers the same call meanwhile."""
+        (pending,) = harness.client.sessions.retrieve(session["id"]).pending_function_calls
+        other = ToolResultEvent(
+            turn_id=pending.turn_id, call_id=pending.call_id, success=True, output="elsewhere"
+        )
+        harness.client.sessions.events.create(session["id"], events=[other])
+        return f"charged {order}"
+
+    harness.runner.function(flavoured(charge, flavour))
+    session["id"] = harness.create_session()
+
+    report = harness.serve(session["id"])
+
+    ((call_id, applied),) = applied_calls(harness.client, session["id"]).items()
+    assert [key.call_id for key in report.conflicts] == [call_id]
+    assert applied.output is not None
+    assert applied.output.output == "elsewhere"
+    record = harness.runner.store.get(report.conflicts[0])
+    assert record is not None
+    assert record.state is CallState.ABANDONED
+    assert record.result is not None
+    assert record.result["output"] == "charged o1"
+
+
+REFUND_TOOL = {
+    "type": "function",
+    "name": "refund",
+    "description": "Refund an order; served by another application.",
+    "parameters": {"type": "object", "properties": {"order": {"type": "string"}}},
+}
+WITH_REFUND = [[FunctionCall("add", {"a": 1, "b": 1}), FunctionCall("refund", {"order": "o9"})]]
+
+
+def test_calls_to_unknown_functions_are_left_pending_by_default(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
+) -> None:
+    harness = make_harness(make_core(scenario=one_turn(*WITH_REFUND)))
+    log = CallLog()
+    register_add(harness, flavour, log)
+    session_id = harness.client.sessions.create(
+        agent={"model": "scripted", "tools": [*harness.runner.tools, REFUND_TOOL]}, input="go"
+    ).id
+
+    report = harness.recover(session_id)
+
+    (pending,) = harness.client.sessions.retrieve(session_id).pending_function_calls
+    assert pending.name == "refund"
+    assert report.left_pending == [CallKey(session_id, pending.turn_id, pending.call_id)]
+    assert log.runs == [("add", (1, 1))]
+    # Whoever serves refund can still answer it, and the Turn goes on.
+    answer = ToolResultEvent(turn_id=pending.turn_id, call_id=pending.call_id, success=True)
+    harness.client.sessions.events.create(session_id, events=[answer])
+    assert harness.serve(session_id).final_status == "idle"
+    assert log.runs == [("add", (1, 1))]
+
+
+def test_calls_to_unknown_functions_fail_when_asked(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
+) -> None:
+    harness = make_harness(make_core(scenario=one_turn(*WITH_REFUND)), unknown_functions="fail")
+    register_add(harness, flavour, CallLog())
+    session_id = harness.client.sessions.create(
+        agent={"model": "scripted", "tools": [*harness.runner.tools, REFUND_TOOL]}, input="go"
+    ).id
+
+    report = harness.serve(session_id)
+
+    assert report.final_status == "idle"
+    assert report.left_pending == []
+    (refund,) = (
+        c for c in applied_calls(harness.client, session_id).values() if c.call.name == "refund"
+    )
+    assert refund.output is not None
+    assert refund.output.status == "failed"
+    assert refund.output.error is not None
+    assert "'refund'" in refund.output.error
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_max_concurrency_bounds_the_calls_running_at_once(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, limit: int
+) -> None:
+    step = [FunctionCall("work", {"n": n}) for n in range(6)]
+    harness = make_harness(make_core(scenario=one_turn(step)), max_concurrency=limit)
+    log = CallLog()
+
+    def work(n: int) -> int:
+        """Work for a while."""
+        log.enter("work", n)
+        time.sleep(0.05)
+        log.leave()
+        return n
+
+    async def work_async(n: int) -> int:
+        """Work for a while."""
+        log.enter("work", n)
+        await asyncio.sleep(0.05)
+        log.leave()
+        return n
+
+    harness.runner.function(name="work")(work if flavour == "def" else work_async)
+    session_id = harness.create_session()
+
+    report = harness.serve(session_id)
+
+    assert report.calls_run == 6
+    assert sorted(n for _, n in log.runs) == list(range(6))
+    assert log.peak == limit
+
+
+class Verdict(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    approved: bool
+    reason: str
+
+
+def test_run_turn_parses_a_structured_answer_into_output_type(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
+) -> None:
+    harness = make_harness(make_core())
+    log = CallLog()
+    register_add(harness, flavour, log)
+    text = {"format": {"type": "json_schema", "schema": Verdict.model_json_schema()}}
+    session_id = harness.create_session(text=text)
+    harness.serve(session_id)
+
+    result = harness.run_turn(session_id, "Approve it?", output_type=Verdict)
+
+    assert result.status == "completed"
+    assert isinstance(result.output, Verdict)
+    assert result.text is not None
+    assert result.output == Verdict.model_validate_json(result.text)
+    assert result.report.calls_run == 1
+    assert len(log.runs) == 2  # one call in the first Turn, one in this one
+    (latest, *_) = harness.client.sessions.turns.list(session_id, order="desc").data
+    assert result.turn_id == latest.id
+
+
+def test_run_turn_serves_only_the_turn_it_starts(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
+) -> None:
+    scenario = Scenario(
+        turns=[
+            TurnScript(answer="hello"),
+            TurnScript(steps=ADDITIONS, answer="sum: {summary}"),
+        ]
+    )
+    harness = make_harness(make_core(scenario=scenario))
+    log = CallLog()
+    register_add(harness, flavour, log)
+    session_id = harness.create_session()
+    assert harness.serve(session_id).calls_run == 0
+
+    result = harness.run_turn(session_id, "add them up")
+
+    assert result.status == "completed"
+    assert result.output == result.text
+    assert result.text is not None
+    assert result.text.startswith("sum: Results: add: 3; add: 7;")
+    assert_each_addition_ran_once(harness, session_id, log)
+
+
+def test_one_async_runner_serves_several_sessions_at_once(
+    make_core: MakeCore, flavour: Flavour
+) -> None:
+    sessions = 3
+    harness = Harness(make_core(scenario=one_turn([FunctionCall("meet", {"who": "x"})])), "async")
+    arrived = threading.Barrier(sessions, timeout=5)
+    all_here = asyncio.Event()
+    waiting: list[str] = []
+
+    def meet(who: str) -> str:
+        """Wait until the calls of every Session run at the same time."""
+        arrived.wait()
+        return f"met {who}"
+
+    async def meet_async(who: str) -> str:
+        """Wait until the calls of every Session run at the same time."""
+        waiting.append(who)
+        if len(waiting) == sessions:
+            all_here.set()
+        await asyncio.wait_for(all_here.wait(), timeout=5)
+        return f"met {who}"
+
+    try:
+        harness.runner.function(name="meet")(meet if flavour == "def" else meet_async)
+        ids = [harness.create_session() for _ in range(sessions)]
+
+        runner = harness.runner
+        assert isinstance(runner, AsyncFunctionRunner)
+
+        async def serve_all() -> list[ServeReport]:
+            return await asyncio.gather(*(runner.serve(i, timeout=15) for i in ids))
+
+        reports = harness.portal.call(serve_all)
+        assert [r.calls_run for r in reports] == [1] * sessions
+        for session_id in ids:
+            ((_, applied),) = applied_calls(harness.client, session_id).items()
+            assert applied.output is not None
+            assert applied.output.output == "met x"
+    finally:
+        harness.close()
