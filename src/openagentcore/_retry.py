@@ -11,6 +11,7 @@ that is not idempotent by method (a POST) is retried only when it carries an
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import logging
 import random
@@ -141,6 +142,10 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
             when = email.utils.parsedate_to_datetime(raw)
         except (TypeError, ValueError):
             return None
+        if when.tzinfo is None:
+            # "-0000" parses to a naive datetime, which .timestamp() would read as local
+            # time; HTTP dates are always GMT.
+            when = when.replace(tzinfo=datetime.timezone.utc)
         return max(0.0, when.timestamp() - time.time())
     return seconds if seconds >= 0 else None
 
