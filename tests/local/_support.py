@@ -19,7 +19,7 @@ from openagentcore.local import LocalCore
 
 EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AgentSessionEvent)
 
-FUNCTION_TOOLS = [
+FUNCTION_TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "name": "add",

@@ -19,7 +19,8 @@ def _error(response: httpx.Response) -> dict[str, Any]:
     body: dict[str, Any] = response.json()
     assert set(body) == {"error"}
     assert set(body["error"]) == {"type", "code", "message", "param"}
-    return body["error"]
+    error: dict[str, Any] = body["error"]
+    return error
 
 
 def _waiting(api: Api, tools: list[dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:

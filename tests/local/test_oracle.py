@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,13 +40,9 @@ def oracle(oracle_core: LocalCore) -> Iterator[openai.OpenAI]:
 
 def test_openai_stream_helper_completes_a_turn_with_several_calls(oracle: openai.OpenAI) -> None:
     sessions = oracle.beta.agents.sessions
-    session = sessions.create(
-        environment={"type": "none"}, agent={"tools": FUNCTION_TOOLS}, input="hi"
-    )
-    deadline_checks = 0
-    while sessions.retrieve(session.id).status != "idle":
-        deadline_checks += 1
-        assert deadline_checks < 500
+    agent: Any = {"tools": FUNCTION_TOOLS}
+    session = sessions.create(environment={"type": "none"}, agent=agent, input="hi")
+    _wait_idle(oracle, session.id)
     calls: list[tuple[str, dict[str, Any]]] = []
 
     def add(arguments: dict[str, Any]) -> str:
@@ -84,12 +81,18 @@ def test_openai_client_reads_every_route(oracle: openai.OpenAI) -> None:
     assert agents.sessions.turns.retrieve(turns[0].id, session_id=session.id).id == turns[0].id
     assert list(agents.sessions.items.list(session.id))
     agents.sessions.events.create(session.id, events=[{"type": "agent.session.input.cancel"}])
-    while agents.sessions.retrieve(session.id).status != "idle":
-        pass
+    _wait_idle(oracle, session.id)
     assert agents.sessions.delete(session.id).deleted is True
     assert agents.delete(agent.id).deleted is True
     with pytest.raises(openai.NotFoundError):
         agents.sessions.retrieve(session.id)
+
+
+def _wait_idle(client: openai.OpenAI, session_id: str) -> None:
+    deadline = time.monotonic() + 5
+    while client.beta.agents.sessions.retrieve(session_id).status != "idle":
+        assert time.monotonic() < deadline, "the Session never became idle"
+        time.sleep(0.005)
 
 
 def test_raw_bodies_parse_strictly(oracle_core: LocalCore) -> None:
