@@ -7,9 +7,13 @@ recorded instead of slept, so the suite is fast and a test can assert the exact 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
+import httpx
+import httpx._transports.default as httpx_transports
 import pytest
 import respx
 
@@ -49,6 +53,29 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     monkeypatch.setattr(time, "sleep", record)
     monkeypatch.setattr(asyncio, "sleep", record_async)
     return recorded
+
+
+@pytest.fixture(scope="session")
+def _shared_tls_context() -> ssl.SSLContext:
+    return httpx.create_ssl_context()
+
+
+@pytest.fixture(autouse=True)
+def _fast_client_construction(
+    monkeypatch: pytest.MonkeyPatch, _shared_tls_context: ssl.SSLContext
+) -> None:
+    """Loading the CA bundle costs ~50 ms per client and respx answers every request
+    without TLS, so clients built with default TLS settings share one context."""
+    build = httpx_transports.create_ssl_context
+
+    def shared(
+        verify: ssl.SSLContext | str | bool = True, cert: Any = None, trust_env: bool = True
+    ) -> ssl.SSLContext:
+        if verify is True and cert is None:
+            return _shared_tls_context
+        return build(verify=verify, cert=cert, trust_env=trust_env)
+
+    monkeypatch.setattr(httpx_transports, "create_ssl_context", shared)
 
 
 @pytest.fixture
