@@ -148,7 +148,12 @@ def _field_info(annotation: Any, param: inspect.Parameter, doc: str | None) -> F
             elif isinstance(extra, FieldInfo) and extra.description:
                 description = None  # the Annotated Field already carries it
     default = param.default if param.default is not param.empty else ...
-    info: FieldInfo = pydantic.Field(default=default, description=description)
+    # An explicit description=None would replace the one an Annotated Field carries.
+    info: FieldInfo = (
+        pydantic.Field(default=default)
+        if description is None
+        else pydantic.Field(default=default, description=description)
+    )
     return info
 
 
