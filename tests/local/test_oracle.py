@@ -11,7 +11,7 @@ import pytest
 from openai.types.beta import Agent, AgentDeleted, AgentSession, AgentSessionDeleted
 from openai.types.beta.agent_session_item import AgentSessionItem
 from openai.types.beta.agents.sessions import Turn
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from openagentcore.local import LocalCore, Scenario, TurnScript
 
@@ -127,3 +127,34 @@ def test_raw_bodies_parse_strictly(oracle_core: LocalCore) -> None:
     parse_strict(AgentSessionDeleted, api.http.delete(f"/agents/sessions/{session['id']}").json())
     parse_strict(AgentDeleted, api.http.delete(f"/agents/{agent['id']}").json())
     api.close()
+
+
+def test_openai_creation_stream_runs_tool_handlers(make_core: Callable[..., LocalCore]) -> None:
+    core = make_core()
+    client = openai.OpenAI(base_url=core.base_url, api_key=core.api_key, max_retries=0)
+    handlers: Any = {"add": lambda a: str(a["a"] + a["b"]), "lookup": lambda a: a["word"].upper()}
+    agent: Any = {"tools": FUNCTION_TOOLS}
+    stream = client.beta.agents.sessions.create(
+        environment={"type": "none"}, agent=agent, input="hi", stream=True, tool_handlers=handlers
+    )
+    events = list(stream)
+    assert events[0].type == "agent.session.created"
+    assert events[-1].type == "agent.session.idle"
+    done = [e for e in events if e.type == "agent.session.turn.output_text.done"]
+    assert [e.text for e in done] == ["Results: add: 2; lookup: EXAMPLE WORD."]
+    client.close()
+
+
+class _City(BaseModel):
+    city: str
+    rank: int
+
+
+def test_openai_parses_structured_output(oracle: openai.OpenAI) -> None:
+    sessions = oracle.beta.agents.sessions
+    text: Any = {"format": {"type": "json_schema", "schema": _City.model_json_schema()}}
+    session = sessions.create(environment={"type": "none"}, agent={"text": text}, input="hi")
+    _wait_idle(oracle, session.id)
+    with sessions.stream(session.id, input="where?", output_type=_City) as stream:
+        result = stream.get_final_result()
+    assert result.output_parsed == _City(city="example city", rank=1)
