@@ -58,7 +58,8 @@ def _add_dev(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="turn on a fault, e.g. duplicate_every=3; repeatable",
+        help="turn on a fault (a field of openagentcore.local.Faults), e.g. duplicate_every=3; "
+        "repeatable",
     )
     dev.add_argument("--state", metavar="FILE", help="SQLite file that keeps state across restarts")
     dev.add_argument("--api-key", help="the key clients must send (default: a random one, printed)")

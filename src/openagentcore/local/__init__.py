@@ -1,7 +1,25 @@
 """A local Agents API server with a scripted model: no API key, no network.
 
-``with LocalCore() as core:`` serves the API subset the SDK uses on loopback, with
-the contract's state machine, events and errors, plus faults on demand for tests.
+``LocalCore`` serves the API subset the SDK uses on loopback, with the contract's
+state machine, events and errors, plus faults on demand for tests::
+
+    from openagentcore import Client
+    from openagentcore.local import Faults, LocalCore
+
+    with LocalCore(faults=Faults(duplicate_every=5)) as core:
+        client = Client(api_key=core.api_key, base_url=core.base_url)
+        ...
+
+By default each Turn calls every declared function once, all at once, with arguments
+generated from its schema, then summarises the results. A :class:`Scenario` scripts
+Turns instead; as a file (``openagentcore dev --scenario turns.yaml``)::
+
+    turns:
+      - steps:
+          - - {name: get_weather, arguments: {city: Paris}}
+            - {name: get_time}          # arguments generated from the schema
+        answer: "It is {get_time} and {get_weather}."
+      - answer: "{summary}"             # a Turn without calls
 """
 
 from __future__ import annotations

@@ -246,10 +246,15 @@ class _App:
                 code="invalid_request_error",
             )
         _reject_unknown(inline, _AGENT_FIELDS, prefix="agent.")
-        agent_id = body.get("agent_id")
-        if agent_id is not None:
+        if "agent_id" in body:
+            agent_id = body["agent_id"]
             if not isinstance(agent_id, str):
-                raise not_found()
+                raise invalid(
+                    "Invalid type for 'agent_id': expected a string, "
+                    f"but got {_kind(agent_id)} instead.",
+                    param="agent_id",
+                    code="invalid_request_error",
+                )
             saved = self._agent(agent_id)
             _admit_session(inline, saved.config)
             return {**_agent_config(saved.config, inline), "id": saved.id}
