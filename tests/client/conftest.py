@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
-import httpx._transports.default as httpx_transports
 import pytest
 import respx
 
@@ -66,16 +65,15 @@ def _fast_client_construction(
 ) -> None:
     """Loading the CA bundle costs ~50 ms per client and respx answers every request
     without TLS, so clients built with default TLS settings share one context."""
-    build = httpx_transports.create_ssl_context
 
     def shared(
         verify: ssl.SSLContext | str | bool = True, cert: Any = None, trust_env: bool = True
     ) -> ssl.SSLContext:
         if verify is True and cert is None:
             return _shared_tls_context
-        return build(verify=verify, cert=cert, trust_env=trust_env)
+        return httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
 
-    monkeypatch.setattr(httpx_transports, "create_ssl_context", shared)
+    monkeypatch.setattr("httpx._transports.default.create_ssl_context", shared)
 
 
 @pytest.fixture

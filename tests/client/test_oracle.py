@@ -28,7 +28,7 @@ ANSWERS = {
     "sessions": corpus("sessions")["idle_new"],
     "turns": corpus("turns")["completed_with_usage"],
 }
-TOOL = {
+TOOL: Any = {
     "type": "function",
     "name": "lookup_order",
     "description": "Look up an order by its number.",

@@ -171,12 +171,15 @@ async def test_stream_is_a_context_manager(client: AnyClient, api: respx.MockRou
     api.get(STREAM_ROUTE).mock(return_value=sse_response(ORDINARY.values()))
     stream = await open_stream(client)
 
+    entered: EventStream | AsyncEventStream
     if isinstance(stream, AsyncEventStream):
-        async with stream as entered:
-            first = await entered.__anext__()
+        async with stream as entered_async:
+            first = await entered_async.__anext__()
+        entered = entered_async
     else:
-        with stream as entered:
-            first = next(entered)
+        with stream as entered_sync:
+            first = next(entered_sync)
+        entered = entered_sync
 
     assert entered is stream
     assert isinstance(first, SessionCreatedEvent)
