@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from openagentcore.local import LocalCore
+from openagentcore.local import LocalCore, Scenario, TurnScript
 
 from ._support import FUNCTION_TOOLS, Api, EventReader, message_event, result_event
 
@@ -319,3 +319,28 @@ def test_admission_errors_map_to_400(fresh_api: Api) -> None:
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "unsupported_or_invalid_configuration"
     assert api.http.get("/agents/sessions").json()["data"] == []
+
+
+def test_a_scripted_failure_fails_the_turn_but_not_the_session(
+    make_core: Callable[..., LocalCore],
+) -> None:
+    api = Api(make_core(scenario=Scenario(turns=[TurnScript(), TurnScript(fail=True)])))
+    session = api.create_session()
+    api.wait_status(session["id"], "idle")
+    reader = EventReader(api, session["id"])
+    api.post_events(session["id"], [message_event("this one fails")])
+    failed = reader.wait_for("agent.session.failed")
+    assert failed["session"]["status"] == "failed"
+    assert failed["session"]["error"] == "The execution could not complete."
+    turn_failed = next(e for e in reader.events if e["type"] == "agent.session.turn.failed")
+    assert turn_failed["turn"]["error"] == {
+        "code": "internal_error",
+        "message": "The execution could not complete.",
+    }
+    # The stream stays open and new input starts a new Turn.
+    api.post_events(session["id"], [message_event("recover")])
+    assert reader.wait_for("agent.session.idle")["session"]["status"] == "idle"
+    reader.close()
+    deleted = api.http.delete(f"/agents/sessions/{session['id']}")
+    assert deleted.status_code == 200
+    api.close()

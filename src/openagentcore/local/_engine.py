@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._faults import Faults
-from ._model import Answer, CallFunctions, FunctionOutcome, ScriptedModel, TurnContext
+from ._model import Answer, CallFunctions, Fail, FunctionOutcome, ScriptedModel, TurnContext
 from ._store import CallRecord, ItemRecord, SessionRecord, Store, TurnRecord, new_id, now
 
 __all__ = ["ApiError", "Engine", "Subscriber", "not_found"]
@@ -497,6 +497,10 @@ class Engine:
         action = self.model.next_action(context)
         if isinstance(action, CallFunctions):
             self._issue_calls(turn, action)
+        elif isinstance(action, Fail):
+            # Never raw diagnostics: the public error is always this one.
+            turn.error = {"code": "internal_error", "message": MSG_TURN_FAILED}
+            self._settle(turn, session, "failed")
         else:
             self._answer(turn, session, action)
         self.store.commit()
@@ -677,12 +681,16 @@ class Engine:
         session = self.store.sessions[turn.session_id]
         if turn.ended:
             return
+        self._settle(turn, session, "cancelled")
+        self.store.commit()
+
+    def _settle(self, turn: TurnRecord, session: SessionRecord, status: str) -> None:
+        """End a Turn early: its unfinished Items become incomplete, keeping their content."""
         for item in self.store.items.values():
             if item.turn_id == turn.id and item.body.get("status") == "in_progress":
                 item.body = {**item.body, "status": "incomplete"}
                 self.store.save(item)
-        self._end_turn(turn, session, "cancelled")
-        self.store.commit()
+        self._end_turn(turn, session, status)
 
     def _end_turn(self, turn: TurnRecord, session: SessionRecord, status: str) -> None:
         turn.status = status
@@ -690,10 +698,12 @@ class Engine:
         self.store.save(turn)
         self._touch(session)
         self._emit_turn(turn, f"agent.session.turn.{status}", usage=turn.usage)
-        if self._active_turn(session) is None:
-            self._emit_session(session, "agent.session.idle")
-        else:
+        if self._active_turn(session) is not None:
             self._later(lambda: self._start_next_queued(session.id))
+        elif status == "failed":
+            self._emit_session(session, "agent.session.failed")
+        else:
+            self._emit_session(session, "agent.session.idle")
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from ._schema_examples import example_for_schema
 __all__ = [
     "Answer",
     "CallFunctions",
+    "Fail",
     "FunctionCall",
     "FunctionOutcome",
     "ModelAction",
@@ -78,11 +79,13 @@ class TurnScript:
     final text: a callable receiving every outcome of the Turn, or a string in which
     ``{summary}`` and ``{<function name>}`` are replaced by the summary of all outputs
     and by that function's latest output text. ``None`` answers with the summary (or,
-    with a ``json_schema`` text format, with JSON matching the schema).
+    with a ``json_schema`` text format, with JSON matching the schema). ``fail`` ends the
+    Turn as failed after its steps instead of answering, to test failure handling.
     """
 
     steps: Sequence[Sequence[FunctionCall]] = ()
     answer: AnswerTemplate | None = None
+    fail: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class Scenario:
         """Build a scenario from parsed JSON or YAML.
 
         Shape: ``{"turns": [{"steps": [[{"name": ..., "arguments": {...}}]],
-        "answer": "..."}]}``; a step may also be a single call object.
+        "answer": "...", "fail": false}]}``; a step may also be a single call object.
         """
         turns_data = data.get("turns", [])
         if not isinstance(turns_data, list):
@@ -115,7 +118,10 @@ class Scenario:
             answer = turn.get("answer")
             if answer is not None and not isinstance(answer, str):
                 raise ValueError(f"scenario turns[{turn_index}].answer must be a string")
-            turns.append(TurnScript(steps=tuple(steps), answer=answer))
+            fail = turn.get("fail", False)
+            if not isinstance(fail, bool):
+                raise ValueError(f"scenario turns[{turn_index}].fail must be true or false")
+            turns.append(TurnScript(steps=tuple(steps), answer=answer, fail=fail))
         return cls(turns=tuple(turns))
 
     @classmethod
@@ -170,7 +176,12 @@ class Answer:
     structured: bool
 
 
-ModelAction = Union[CallFunctions, Answer]  # noqa: UP007 (runtime alias, 3.10)
+@dataclass(frozen=True)
+class Fail:
+    """End the Turn as failed."""
+
+
+ModelAction = Union[CallFunctions, Answer, Fail]  # noqa: UP007 (runtime alias, 3.10)
 
 
 class ScriptedModel:
@@ -192,6 +203,8 @@ class ScriptedModel:
                     for name, args in calls
                 ]
             )
+        if script.fail:
+            return Fail()
         return self._answer(script, context)
 
     def _script_for(self, context: TurnContext) -> TurnScript:
