@@ -16,12 +16,14 @@ from openagentcore.types import (
     Agent,
     AgentDeleted,
     FunctionCallItem,
+    FunctionTool,
     InputMessageEvent,
     MessageItem,
     Session,
     SessionDeleted,
     ToolResultEvent,
     Turn,
+    UserMessage,
 )
 
 from ._support import API_KEY, BASE_URL, AnyClient, corpus, resolve, sent_json
@@ -35,6 +37,12 @@ PAGES = corpus("pages")
 DELETED = corpus("deleted")
 INPUT = corpus("input_events")
 NO_BODY = object()
+LOOKUP = {
+    "type": "function",
+    "name": "lookup_order",
+    "description": "Look up an order by its number.",
+    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+}
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,14 @@ ROUTES: dict[str, Route] = {
         ok(AGENT),
         Agent,
         body={"model": "kimi-k3", "name": "Support", "metadata": None},
+    ),
+    "agents.create with a typed tool": Route(
+        lambda c: c.agents.create(model="kimi-k3", tools=[FunctionTool.model_validate(LOOKUP)]),
+        "POST",
+        "/v1/agents",
+        ok(AGENT),
+        Agent,
+        body={"model": "kimi-k3", "tools": [LOOKUP]},
     ),
     "agents.retrieve": Route(
         lambda c: c.agents.retrieve("ag_1"), "GET", "/v1/agents/ag_1", ok(AGENT), Agent
@@ -96,6 +112,23 @@ ROUTES: dict[str, Route] = {
         ok(SESSION),
         Session,
         body={"environment": {"type": "none"}, "agent_id": "ag_1", "input": "Where is A-1001?"},
+    ),
+    "sessions.create with typed input and tools": Route(
+        lambda c: c.sessions.create(
+            agent={"model": "kimi-k3", "tools": [FunctionTool.model_validate(LOOKUP)]},
+            input=[UserMessage.from_text("Where is A-1001?")],
+        ),
+        "POST",
+        "/v1/agents/sessions",
+        ok(SESSION),
+        Session,
+        body={
+            "environment": {"type": "none"},
+            "agent": {"model": "kimi-k3", "tools": [LOOKUP]},
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "Where is A-1001?"}]}
+            ],
+        },
     ),
     "sessions.create with an environment": Route(
         lambda c: c.sessions.create(agent_id="ag_1", environment={"type": "openai_hosted"}),
