@@ -31,11 +31,13 @@ from ._base import (
     Dropped,
     Fatal,
     Finished,
+    Lost,
     Message,
     Received,
     RunnerBase,
     RunnerError,
     Until,
+    Wake,
     final_text,
     input_event,
     parse_output,
@@ -112,6 +114,7 @@ class AsyncFunctionRunner(RunnerBase):
         self._slots: asyncio.Semaphore | None = None
         self._stopping = threading.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._inboxes: set[_Inbox] = set()
 
     # -- public API ----------------------------------------------------------------------
 
@@ -178,6 +181,8 @@ class AsyncFunctionRunner(RunnerBase):
     def stop(self) -> None:
         """Ask running ``serve`` calls to finish their in-flight calls and return."""
         self._stopping.set()
+        for inbox in list(self._inboxes):
+            inbox.put(Wake())
 
     async def close(self) -> None:
         if self._tasks:
@@ -238,6 +243,8 @@ class AsyncFunctionRunner(RunnerBase):
             await self._reconcile(state, inbox)
         elif isinstance(message, Dropped):
             state.report.reconnects += 1
+        elif isinstance(message, Lost):
+            self._core.crashed(state, message.key)
         elif isinstance(message, Fatal):
             raise _fatal(state.session_id, message.error)
 
@@ -262,11 +269,15 @@ class AsyncFunctionRunner(RunnerBase):
     async def _run(self, job: Job, inbox: _Inbox) -> None:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_concurrency)
-        async with self._slots:
-            if job.function.is_async:
-                event = await self._core.execute_async(job)
-            else:
-                event = await asyncio.to_thread(self._core.execute, job)
+        try:
+            async with self._slots:
+                if job.function.is_async:
+                    event = await self._core.execute_async(job)
+                else:
+                    event = await asyncio.to_thread(self._core.execute, job)
+        except BaseException:
+            inbox.put(Lost(job.call.key))  # no result: the call stays claimed, in doubt
+            raise
         inbox.put(Finished(job.call.key, event))
 
     async def _submit(self, state: SessionState) -> None:
@@ -303,9 +314,11 @@ class AsyncFunctionRunner(RunnerBase):
     async def _reader(self, session_id: str) -> AsyncIterator[_Reader]:
         reader = _Reader(self, session_id)
         task = asyncio.create_task(reader.run())
+        self._inboxes.add(reader.messages)
         try:
             yield reader
         finally:
+            self._inboxes.discard(reader.messages)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

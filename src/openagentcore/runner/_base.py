@@ -175,8 +175,20 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
+class Lost:
+    """A function ended without a result (e.g. it raised SystemExit)."""
+
+    key: CallKey
+
+
+@dataclass(frozen=True, slots=True)
 class Fatal:
     error: BaseException
 
 
-Message = Connected | Dropped | Received | Finished | Fatal
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Nothing happened; look at the stop flag."""
+
+
+Message = Connected | Dropped | Received | Finished | Lost | Fatal | Wake

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import Any, Literal
 
@@ -32,11 +32,13 @@ from ._base import (
     Dropped,
     Fatal,
     Finished,
+    Lost,
     Message,
     Received,
     RunnerBase,
     RunnerError,
     Until,
+    Wake,
     final_text,
     input_event,
     parse_output,
@@ -89,6 +91,7 @@ class FunctionRunner(RunnerBase):
         self.client = client
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="openagentcore-call")
         self._stopping = threading.Event()
+        self._inboxes: set[queue.Queue[Message]] = set()
 
     # -- public API ----------------------------------------------------------------------
 
@@ -146,17 +149,26 @@ class FunctionRunner(RunnerBase):
         inbox: queue.Queue[Message] = queue.Queue()
         self._reconcile(state, inbox)
         while state.busy():
-            message = inbox.get(timeout=self._core.next_delay(state)) if state.in_flight else None
-            if message is not None:
-                self._handle(state, message, inbox)
             self._submit(state)
-            if not state.in_flight and state.delayed:
+            if state.in_flight:
+                message: Message | None = None
+                with suppress(queue.Empty):
+                    message = inbox.get(timeout=self._core.next_delay(state))
+                if message is not None:
+                    self._handle(state, message, inbox)
+            elif state.delayed:
                 time.sleep(self._core.next_delay(state) or 0)
+        state.report.final_status = state.status
         return state.report
 
     def stop(self) -> None:
-        """Ask a running ``serve`` to finish its in-flight calls and return."""
+        """Ask a running ``serve`` to finish its in-flight calls and return.
+
+        Safe to call from a signal handler or another thread.
+        """
         self._stopping.set()
+        for inbox in list(self._inboxes):
+            inbox.put(Wake())
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -222,6 +234,8 @@ class FunctionRunner(RunnerBase):
             self._reconcile(state, inbox)
         elif isinstance(message, Dropped):
             state.report.reconnects += 1
+        elif isinstance(message, Lost):
+            self._core.crashed(state, message.key)
         elif isinstance(message, Fatal):
             raise _fatal(state.session_id, message.error)
 
@@ -242,10 +256,16 @@ class FunctionRunner(RunnerBase):
             self._pool.submit(self._run, job, inbox)
 
     def _run(self, job: Job, inbox: queue.Queue[Message]) -> None:
-        if job.function.is_async:
-            event = asyncio.run(self._core.execute_async(job))
-        else:
-            event = self._core.execute(job)
+        try:
+            if job.function.is_async:
+                event = asyncio.run(self._core.execute_async(job))
+            else:
+                event = self._core.execute(job)
+        except BaseException:
+            # SystemExit or the like inside the function: no result, so the call stays
+            # claimed and becomes in doubt; the loop must not wait for it forever.
+            inbox.put(Lost(job.call.key))
+            raise
         inbox.put(Finished(job.call.key, event))
 
     def _submit(self, state: SessionState) -> None:
@@ -296,10 +316,12 @@ class _Reader:
         self._thread = threading.Thread(target=self._run, name="openagentcore-stream", daemon=True)
 
     def __enter__(self) -> _Reader:
+        self.runner._inboxes.add(self.inbox)
         self._thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self.runner._inboxes.discard(self.inbox)
         self._stop.set()
         with self._lock:
             if self._stream is not None:
