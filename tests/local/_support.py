@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -239,6 +241,13 @@ class EventReader:
         return [event["type"] for event in self.events]
 
     def close(self) -> None:
+        # Shutting the socket down wakes the reader thread at once; closing alone would
+        # leave it blocked until the next keepalive.
+        stream = self.response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         self.response.close()
         self._client.close()
         self._thread.join(timeout=5)

@@ -9,8 +9,6 @@ from openagentcore.local import LocalCore
 
 from ._support import Api, EventReader
 
-pytest_plugins = ["pytester"]
-
 
 @pytest.fixture
 def make_core() -> Iterator[Callable[..., LocalCore]]:
