@@ -44,6 +44,8 @@ from .store import (
     PostgresResultStore,
     ResultStore,
     SQLiteResultStore,
+    StoreError,
+    StoreUnavailableError,
 )
 
 __version__ = "0.1.0"
@@ -83,6 +85,8 @@ __all__ = [
     "SQLiteResultStore",
     "ServeReport",
     "ServiceUnavailableError",
+    "StoreError",
+    "StoreUnavailableError",
     "StreamError",
     "SyncPage",
     "TurnResult",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -219,6 +220,9 @@ class RunnerCore:
         self.on_error = on_error
         self.on_in_doubt = on_in_doubt
         self.on_action = on_action
+        #: Calls a job of this runner is running, across all its Sessions.
+        self._running: set[CallKey] = set()
+        self._running_lock = threading.Lock()
 
     # -- observing the server -------------------------------------------------------
 
@@ -318,7 +322,7 @@ class RunnerCore:
                 lease_seconds=self.lease_seconds,
             )
             if claim.won:
-                state.in_flight.add(call.key)
+                self._begin(state, call.key)
                 return Job(call, function)
             record = claim.record
         return self._decide_existing(state, call, function, record)
@@ -338,6 +342,12 @@ class RunnerCore:
             self._resubmit(state, call, record)
             return None
         if record.state is CallState.STARTED and not self.store.is_stale(record):
+            if record.owner == self.owner and not self._is_running(call.key):
+                # Our own claim that nothing here runs: the claim committed but the store
+                # could not confirm it (e.g. the connection broke). The function never
+                # started, so this is the first run, not a repeat.
+                self._begin(state, call.key)
+                return Job(call, function)
             report.duplicates_skipped += 1  # another worker holds a live claim
             return None
         return self._in_doubt(state, call, function, record)
@@ -384,7 +394,7 @@ class RunnerCore:
                 expected_attempts=record.attempts,
             )
             if claim.won:
-                state.in_flight.add(call.key)
+                self._begin(state, call.key)
                 return Job(call, function)
             return self._decide_existing(state, call, function, claim.record)
         if decision.kind == "result":
@@ -498,7 +508,7 @@ class RunnerCore:
 
     def finished(self, state: SessionState, key: CallKey, event: dict[str, Any]) -> None:
         """Save a finished call's result; it is posted with the next batch."""
-        state.in_flight.discard(key)
+        self._end(state, key)
         state.sent.add(key)
         state.report.calls_run += 1
         if event.get("success") is False:
@@ -508,8 +518,23 @@ class RunnerCore:
         state.ready.append(self.store.save_result(key, event, owner=self.owner))
 
     def crashed(self, state: SessionState, key: CallKey) -> None:
-        """The driver lost a job without a result (e.g. cancelled): it stays in doubt."""
+        """A job ended without a result (e.g. SystemExit): it may have had its effect."""
+        self._end(state, key)
+        self.store.mark(key, CallState.IN_DOUBT)
+
+    def _begin(self, state: SessionState, key: CallKey) -> None:
+        state.in_flight.add(key)
+        with self._running_lock:
+            self._running.add(key)
+
+    def _end(self, state: SessionState, key: CallKey) -> None:
         state.in_flight.discard(key)
+        with self._running_lock:
+            self._running.discard(key)
+
+    def _is_running(self, key: CallKey) -> bool:
+        with self._running_lock:
+            return key in self._running
 
     def renew_leases(self, state: SessionState) -> None:
         for key in list(state.in_flight):
