@@ -50,12 +50,19 @@ def _waiting(api: Api, tools: list[dict[str, Any]] | None = None) -> tuple[str, 
             None,
             "invalid_request_error",
         ),
+        (
+            {"OpenAI-Beta": "agents=v1", "Authorization": "Bearer wr\u00f6ng"},
+            401,
+            None,
+            "invalid_request_error",
+        ),
     ],
 )
 def test_beta_header_then_bearer_key(
     core: LocalCore, headers: dict[str, str], status: int, code: str | None, type_: str
 ) -> None:
-    response = httpx.get(f"{core.base_url}/agents/sessions", headers=headers)
+    encoded = httpx.Headers(headers, encoding="utf-8")
+    response = httpx.get(f"{core.base_url}/agents/sessions", headers=encoded)
     assert response.status_code == status
     error = _error(response)
     assert (error["code"], error["type"]) == (code, type_)

@@ -344,3 +344,19 @@ def test_a_scripted_failure_fails_the_turn_but_not_the_session(
     deleted = api.http.delete(f"/agents/sessions/{session['id']}")
     assert deleted.status_code == 200
     api.close()
+
+
+def test_saved_agents_keep_tools_sessions_cannot_run(api: Api) -> None:
+    duplicate = api.http.post("/agents", json={"model": "m", "tools": [FUNCTION_TOOLS[0]] * 2})
+    assert duplicate.status_code == 400
+    assert duplicate.json()["error"]["code"] == "invalid_request_error"
+    saved = api.http.post("/agents", json={"model": "m", "tools": [{"type": "web_search"}]})
+    assert saved.status_code == 201
+    assert saved.json()["tools"][0]["mode"] == "live"
+    body = {"environment": {"type": "none"}, "input": "x", "agent_id": saved.json()["id"]}
+    rejected = api.http.post("/agents/sessions", json=body)
+    assert rejected.status_code == 400
+    assert rejected.json()["error"]["code"] == "unsupported_or_invalid_configuration"
+    # A per-Session tools replacement admits it.
+    replaced = api.http.post("/agents/sessions", json={**body, "agent": {"tools": []}})
+    assert replaced.status_code == 201

@@ -100,7 +100,10 @@ class _App:
         scheme, _, key = (
             authorization[0].partition(" ") if len(authorization) == 1 else ("", "", "")
         )
-        if scheme.lower() != "bearer" or not secrets.compare_digest(key.strip(), self.api_key):
+        presented = key.strip().encode("utf-8", "surrogateescape")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(
+            presented, self.api_key.encode()
+        ):
             raise ApiError(
                 401,
                 None,
@@ -118,6 +121,7 @@ class _App:
             raise invalid(
                 "Missing required parameter: 'model'.", param="model", code="invalid_request_error"
             )
+        _check_agent(body)
         config = _agent_config({}, body)
         timestamp = now()
         agent = self.engine.store.add(AgentRecord(new_id("agent"), timestamp, timestamp, config))
