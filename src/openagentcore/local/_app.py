@@ -12,8 +12,8 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -24,6 +24,17 @@ from starlette.routing import Route
 from .._admission import check_session_config, check_text, check_tools
 from .._errors import AdmissionError
 from ._engine import ApiError, Engine, Subscriber, invalid, not_found
+from ._requests import (
+    ListQuery,
+    canonical_json,
+    creation_messages,
+    idempotency_key,
+    input_events,
+    json_body,
+    kind_of,
+    parse_metadata,
+    reject_unknown,
+)
 from ._store import AgentRecord, new_id, now
 
 __all__ = ["create_app"]
@@ -61,7 +72,6 @@ _SESSION_FIELDS = (
 )
 
 Handler = Callable[[Request], Awaitable[Response]]
-_T = TypeVar("_T")
 
 
 class _App:
@@ -115,8 +125,8 @@ class _App:
     # -- agents ------------------------------------------------------------------------
 
     async def create_agent(self, request: Request) -> Response:
-        body = await _json_body(request, _JSON_BODY_LIMIT)
-        _reject_unknown(body, _AGENT_FIELDS)
+        body = await json_body(request, _JSON_BODY_LIMIT)
+        reject_unknown(body, _AGENT_FIELDS)
         if "model" not in body:
             raise invalid(
                 "Missing required parameter: 'model'.", param="model", code="invalid_request_error"
@@ -129,7 +139,7 @@ class _App:
         return _json(_agent_wire(agent), 201)
 
     async def list_agents(self, request: Request) -> Response:
-        query = _ListQuery(request, strict_limit=False)
+        query = ListQuery(request, strict_limit=False)
         agents = sorted(
             (a for a in self.engine.store.agents.values() if not a.deleted),
             key=lambda a: (a.created_at, a.id),
@@ -140,8 +150,8 @@ class _App:
         return _json(_agent_wire(self._agent(request.path_params["agent_id"])))
 
     async def update_agent(self, request: Request) -> Response:
-        body = await _json_body(request, _JSON_BODY_LIMIT)
-        _reject_unknown(body, _AGENT_FIELDS)
+        body = await json_body(request, _JSON_BODY_LIMIT)
+        reject_unknown(body, _AGENT_FIELDS)
         _check_agent(body)
         agent = self._agent(request.path_params["agent_id"])
         agent.config = _agent_config(agent.config, body)
@@ -166,9 +176,9 @@ class _App:
     # -- sessions ----------------------------------------------------------------------
 
     async def create_session(self, request: Request) -> Response:
-        body = await _json_body(request, _SESSION_CREATE_BODY_LIMIT)
-        _reject_unknown(body, _SESSION_FIELDS)
-        key = _idempotency_key(request)
+        body = await json_body(request, _SESSION_CREATE_BODY_LIMIT)
+        reject_unknown(body, _SESSION_FIELDS)
+        key = idempotency_key(request)
         environment = body.get("environment")
         if not isinstance(environment, dict):
             raise invalid(
@@ -197,8 +207,8 @@ class _App:
                 else "conversation-only sessions currently require initial input"
             )
             raise invalid(message, param="input", code="invalid_request_error")
-        messages = _creation_messages(raw_input)
-        metadata = _metadata(body.get("metadata"))
+        messages = creation_messages(raw_input)
+        metadata = parse_metadata(body.get("metadata"))
         vault_ids = body.get("vault_ids") or []
         if not isinstance(vault_ids, list) or not all(isinstance(v, str) for v in vault_ids):
             raise invalid(
@@ -208,7 +218,7 @@ class _App:
             )
 
         store = self.engine.store
-        fingerprint = _canonical(body)
+        fingerprint = canonical_json(body)
         if key is not None and key in store.creation_keys:
             previous_fingerprint, session_id = store.creation_keys[key]
             original = store.sessions.get(session_id)
@@ -249,13 +259,13 @@ class _App:
                 param="agent",
                 code="invalid_request_error",
             )
-        _reject_unknown(inline, _AGENT_FIELDS, prefix="agent.")
+        reject_unknown(inline, _AGENT_FIELDS, prefix="agent.")
         if "agent_id" in body:
             agent_id = body["agent_id"]
             if not isinstance(agent_id, str):
                 raise invalid(
                     "Invalid type for 'agent_id': expected a string, "
-                    f"but got {_kind(agent_id)} instead.",
+                    f"but got {kind_of(agent_id)} instead.",
                     param="agent_id",
                     code="invalid_request_error",
                 )
@@ -266,7 +276,7 @@ class _App:
         return {**_agent_config({"model": _DEFAULT_MODEL}, inline), "id": new_id("agent")}
 
     async def list_sessions(self, request: Request) -> Response:
-        query = _ListQuery(request, strict_limit=False)
+        query = ListQuery(request, strict_limit=False)
         agent_filter = request.query_params.get("agent_id")
         sessions = sorted(
             (
@@ -286,12 +296,12 @@ class _App:
         )
 
     async def update_session(self, request: Request) -> Response:
-        body = await _json_body(request, _JSON_BODY_LIMIT)
+        body = await json_body(request, _JSON_BODY_LIMIT)
         session = self.engine.session(request.path_params["session_id"])
         if not body:
             raise invalid("At least one update field is required", code="invalid_request_error")
-        _reject_unknown(body, ("metadata",))
-        session.metadata = _metadata(body["metadata"])
+        reject_unknown(body, ("metadata",))
+        session.metadata = parse_metadata(body["metadata"])
         self.engine.store.save(session)
         self.engine.store.commit()
         return _json(self.engine.session_wire(session))
@@ -304,9 +314,9 @@ class _App:
     # -- events ------------------------------------------------------------------------
 
     async def post_events(self, request: Request) -> Response:
-        body = await _json_body(request, _JSON_BODY_LIMIT)
-        key = _idempotency_key(request)
-        events = _input_events(body)
+        body = await json_body(request, _JSON_BODY_LIMIT)
+        key = idempotency_key(request)
+        events = input_events(body)
         self.engine.session(request.path_params["session_id"])
         self.input_posts += 1
         faults = self.engine.faults
@@ -373,7 +383,7 @@ class _App:
     # -- turns and items -----------------------------------------------------------------
 
     async def list_turns(self, request: Request) -> Response:
-        query = _ListQuery(request, strict_limit=True)
+        query = ListQuery(request, strict_limit=True)
         session = self.engine.session(request.path_params["session_id"])
         turns = [self.engine.store.turns[turn_id] for turn_id in session.turn_ids]
         return _json(
@@ -388,7 +398,7 @@ class _App:
         return _json(self.engine.store.turns[turn_id].to_wire())
 
     async def list_items(self, request: Request) -> Response:
-        query = _ListQuery(request, strict_limit=False)
+        query = ListQuery(request, strict_limit=False)
         session = self.engine.session(request.path_params["session_id"])
         turn_id = request.path_params.get("turn_id")
         if turn_id is not None and turn_id not in session.turn_ids:
@@ -490,10 +500,6 @@ def _json(body: object, status: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 async def _single(chunk: str) -> AsyncIterator[str]:
     yield chunk
 
@@ -516,126 +522,6 @@ def _interrupted(session_id: str) -> dict[str, Any]:
             ),
         },
     }
-
-
-async def _json_body(request: Request, limit: int) -> dict[str, Any]:
-    """The body gate every JSON route passes, in the contract's order."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type != "application/json" and not (
-        content_type.startswith("application/") and content_type.endswith("+json")
-    ):
-        raise invalid(
-            "expected request with Content-Type: application/json", code="invalid_request_error"
-        )
-    raw = await request.body()
-    if len(raw) > limit:
-        raise ApiError(
-            413, "request_too_large", f"The request body exceeds the {limit // 1024} KiB limit."
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise invalid(
-            "Invalid body: encountered a unicode decode error when parsing this JSON value. "
-            "Please check the value to ensure it is valid unicode.",
-            code="invalid_request_error",
-        ) from None
-    if not text:
-        return {}
-    try:
-        value = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
-    except _DuplicateKey as duplicate:
-        raise invalid(
-            f"Invalid body: duplicate JSON key '{duplicate.key}'. "
-            "Duplicate JSON keys are not supported.",
-            code="invalid_request_error",
-        ) from None
-    except ValueError:
-        raise invalid(
-            "Invalid body: failed to parse JSON value. "
-            "Please check the value to ensure it is valid JSON.",
-            code="invalid_request_error",
-        ) from None
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise invalid(
-            f"Invalid type: expected an object, but got {_kind(value)} instead.",
-            code="invalid_request_error",
-        )
-    return value
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _DuplicateKey(key)
-        result[key] = value
-    return result
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _reject_unknown(body: dict[str, Any], allowed: Sequence[str], *, prefix: str = "") -> None:
-    for key in body:
-        if key not in allowed:
-            path = prefix + key
-            raise invalid(f"Unknown parameter: '{path}'.", param=path, code="invalid_request_error")
-
-
-def _idempotency_key(request: Request) -> str | None:
-    key = request.headers.get("idempotency-key")
-    if not key:
-        return None
-    if len(key.encode()) > 128 or not key.strip():
-        raise invalid(
-            "Idempotency-Key must be 1 to 128 bytes and not only whitespace.",
-            param="Idempotency-Key",
-        )
-    return key
-
-
-def _metadata(value: object) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise invalid(
-            f"Invalid type for 'metadata': expected an object, but got {_kind(value)} instead.",
-            param="metadata",
-            code="invalid_request_error",
-        )
-    for key, item in value.items():
-        if not isinstance(item, str):
-            raise invalid(
-                f"Invalid type for 'metadata.{key}': expected a string, "
-                f"but got {_kind(item)} instead.",
-                param=f"metadata.{key}",
-                code="invalid_request_error",
-            )
-    if len(value) > 16:
-        raise invalid(
-            "Metadata can hold at most 16 pairs.", param="metadata", code="invalid_request_error"
-        )
-    return dict(value)
 
 
 # -- agent configuration ------------------------------------------------------------------
@@ -678,7 +564,7 @@ def _agent_config(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any
         "enabled": enabled,
         "max_concurrent_subagents": (limit or 6) if enabled else limit,
     }
-    config["metadata"] = _metadata(config.get("metadata"))
+    config["metadata"] = parse_metadata(config.get("metadata"))
     config.setdefault("name", None)
     config.setdefault("instructions", None)
     return config
@@ -754,205 +640,3 @@ def _admit_session(inline: dict[str, Any], saved: dict[str, Any]) -> None:
     except AdmissionError as error:
         param = f"agent.{error.field}" if error.field and inline else error.field
         raise ApiError(400, error.code, error.message, param=param) from None
-
-
-# -- input validation ---------------------------------------------------------------------
-
-
-def _creation_messages(raw: object) -> list[dict[str, Any]]:
-    if isinstance(raw, str):
-        if not raw:
-            raise invalid("Initial input must not be an empty string.", param="input")
-        return [{"role": "user", "content": [{"type": "input_text", "text": raw}]}]
-    return _messages(raw, "input")
-
-
-def _messages(raw: object, where: str) -> list[dict[str, Any]]:
-    if not isinstance(raw, list) or not raw:
-        raise invalid(f"'{where}' must be a non-empty array of user messages.", param=where)
-    return [_message(message, f"{where}[{index}]") for index, message in enumerate(raw)]
-
-
-def _message(message: object, where: str) -> dict[str, Any]:
-    if not isinstance(message, dict):
-        raise invalid(f"'{where}' must be a message object.", param=where)
-    _reject_unknown(message, ("role", "type", "content"), prefix=f"{where}.")
-    if message.get("role") != "user":
-        raise invalid(f"'{where}.role' must be 'user'.", param=f"{where}.role")
-    if "type" in message and message["type"] != "message":
-        raise invalid(f"'{where}.type' must be 'message' when present.", param=f"{where}.type")
-    content = message.get("content")
-    if not isinstance(content, list) or not content:
-        raise invalid(
-            f"'{where}.content' must be a non-empty array of content parts.",
-            param=f"{where}.content",
-        )
-    parts = [_content_part(part, f"{where}.content[{index}]") for index, part in enumerate(content)]
-    if not any(part["type"] == "input_image" or part["text"] for part in parts):
-        raise invalid(
-            f"'{where}' needs an image or a non-empty text part.", param=f"{where}.content"
-        )
-    return dict(message)
-
-
-def _content_part(part: object, where: str) -> dict[str, Any]:
-    if isinstance(part, dict):
-        if (
-            part.get("type") == "input_text"
-            and isinstance(part.get("text"), str)
-            and len(part) == 2
-        ):
-            return part
-        if (
-            part.get("type") == "input_image"
-            and isinstance(part.get("image_url"), str)
-            and len(part) == 2
-        ):
-            return part
-    raise invalid(f"'{where}' must be an input_text or input_image part.", param=where)
-
-
-def _input_events(body: dict[str, Any]) -> list[dict[str, Any]]:
-    _reject_unknown(body, ("events",))
-    if "events" not in body:
-        raise invalid(
-            "Missing required parameter: 'events'.", param="events", code="invalid_request_error"
-        )
-    events = body["events"]
-    if not isinstance(events, list):
-        raise invalid(
-            f"Invalid type for 'events': expected an array, but got {_kind(events)} instead.",
-            param="events",
-            code="invalid_request_error",
-        )
-    if len(events) > 64:
-        raise invalid("A batch holds 1 to 64 events.", param="events")
-    checked = [_input_event(event, f"events[{index}]") for index, event in enumerate(events)]
-    if len(_canonical(checked).encode()) > 512 * 1024:
-        raise invalid("The stored input of one request can be at most 512 KiB.", param="events")
-    return checked
-
-
-def _input_event(event: object, where: str) -> dict[str, Any]:
-    if not isinstance(event, dict):
-        raise invalid(
-            f"'{where}' must be an event object.", param=where, code="invalid_request_error"
-        )
-    kind = event.get("type")
-    if kind == "agent.session.input.message":
-        _reject_unknown(event, ("type", "input"), prefix=f"{where}.")
-        return {"type": kind, "input": _messages(event.get("input"), f"{where}.input")}
-    if kind == "agent.session.input.cancel":
-        _reject_unknown(event, ("type",), prefix=f"{where}.")
-        return dict(event)
-    if kind == "agent.session.input.tool_result":
-        _reject_unknown(
-            event, ("type", "turn_id", "call_id", "success", "output", "error"), prefix=f"{where}."
-        )
-        for name in ("turn_id", "call_id", "success"):
-            if name not in event:
-                path = f"{where}.{name}"
-                raise invalid(
-                    f"Missing required parameter: '{path}'.",
-                    param=path,
-                    code="invalid_request_error",
-                )
-        if not isinstance(event["turn_id"], str) or not event["turn_id"]:
-            raise invalid(
-                f"'{where}.turn_id' must be a non-empty Turn ID.", param=f"{where}.turn_id"
-            )
-        if not isinstance(event["call_id"], str) or not event["call_id"].strip():
-            raise invalid(
-                f"'{where}.call_id' must be a non-blank call ID.", param=f"{where}.call_id"
-            )
-        if not isinstance(event["success"], bool):
-            raise invalid(f"'{where}.success' must be a boolean.", param=f"{where}.success")
-        output = event.get("output")
-        if isinstance(output, list):
-            for index, part in enumerate(output):
-                _content_part(part, f"{where}.output[{index}]")
-        elif output is not None and not isinstance(output, str):
-            raise invalid(
-                f"'{where}.output' must be a string or content parts.", param=f"{where}.output"
-            )
-        if event.get("error") is not None and not isinstance(event["error"], str):
-            raise invalid(f"'{where}.error' must be a string.", param=f"{where}.error")
-        # Stored exactly as sent: field presence is part of the result's identity.
-        return dict(event)
-    raise invalid(
-        "Invalid value for 'type': expected agent.session.input.message, "
-        "agent.session.input.cancel or agent.session.input.tool_result.",
-        param=f"{where}.type",
-        code="invalid_request_error",
-    )
-
-
-# -- lists ----------------------------------------------------------------------------------
-
-
-class _ListQuery:
-    """``after``/``limit``/``order`` with the Beta list rules (wire-semantics.md)."""
-
-    def __init__(self, request: Request, *, strict_limit: bool) -> None:
-        params = request.query_params
-        for key in ("after", "limit", "order"):
-            if len(params.getlist(key)) > 1:
-                raise invalid(
-                    f"Failed to deserialize query string: duplicate field `{key}`",
-                    code="invalid_request_error",
-                )
-        self.after = params["after"].strip() if "after" in params else None
-        self.limit = _limit(params.get("limit"), strict=strict_limit)
-        order = params.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise invalid(
-                "Failed to deserialize query string: order: unknown variant "
-                f"`{order}`, expected `asc` or `desc`",
-                code="invalid_request_error",
-            )
-        self.order = order
-
-    def page(
-        self,
-        records: Sequence[_T],
-        record_id: Callable[[_T], str],
-        wire: Callable[[_T], dict[str, Any]],
-        *,
-        cursor_error: ApiError,
-    ) -> dict[str, Any]:
-        ordered = list(records) if self.order == "asc" else list(reversed(records))
-        if self.after:
-            ids = [record_id(record) for record in ordered]
-            if self.after not in ids:
-                raise cursor_error
-            ordered = ordered[ids.index(self.after) + 1 :]
-        data = [wire(record) for record in ordered[: self.limit]]
-        return {
-            "object": "list",
-            "data": data,
-            "has_more": len(ordered) > self.limit,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-        }
-
-
-def _limit(raw: str | None, *, strict: bool) -> int:
-    if raw is None:
-        return 20
-    digits = raw[1:] if raw.startswith("+") else raw
-    if not digits.isdigit():
-        raise invalid(
-            "Failed to deserialize query string: limit: invalid digit found in string",
-            code="invalid_request_error",
-        )
-    value = int(digits)
-    if value >= 2**63:
-        raise invalid(
-            "Failed to deserialize query string: limit: number too large to fit in target type",
-            code="invalid_request_error",
-        )
-    if strict:
-        if not 1 <= value <= 100:
-            raise invalid("limit must be between 1 and 100", code="invalid_request_error")
-        return value
-    return min(max(value, 1), 100)
