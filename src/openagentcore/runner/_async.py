@@ -359,8 +359,8 @@ class _Reader:
     async def _open(self) -> AsyncEventStream:
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(_reconnectable),
-            wait=tenacity.wait_exponential_jitter(
-                initial=0.05, max=self.runner.reconnect_max_delay
+            wait=tenacity.wait_random_exponential(
+                multiplier=0.05, max=self.runner.reconnect_max_delay
             ),
             reraise=True,
         )

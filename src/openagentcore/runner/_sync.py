@@ -358,8 +358,8 @@ class _Reader:
     def _open(self) -> EventStream | None:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_reconnectable),
-            wait=tenacity.wait_exponential_jitter(
-                initial=0.05, max=self.runner.reconnect_max_delay
+            wait=tenacity.wait_random_exponential(
+                multiplier=0.05, max=self.runner.reconnect_max_delay
             ),
             sleep=self._sleep,
             reraise=True,
