@@ -43,6 +43,11 @@ DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 #: Read timeout of an open event stream. The server sends a keepalive every 15 s, so
 #: three missed keepalives mean the connection is dead, not quiet.
 STREAM_READ_TIMEOUT = 45.0
+#: Every Session a runner serves holds one connection open for its event stream, so
+#: streams get a pool of their own: httpx's defaults (100 connections, 20 kept alive)
+#: would stall a runner past 100 Sessions, and requests sharing a pool with hundreds of
+#: streams pay for a scan of every connection on each request.
+STREAM_CONNECTION_LIMITS = httpx.Limits(max_connections=10_000, max_keepalive_connections=0)
 MAX_IDEMPOTENCY_KEY_BYTES = 128
 _BETA_HEADER = ("OpenAI-Beta", "agents=v1")
 
@@ -247,6 +252,9 @@ class SyncTransport(_ClientCore):
         )
         self._owns_http = http_client is None
         self._http = http_client or httpx.Client(timeout=self.timeout)
+        self._stream_http = http_client or httpx.Client(
+            timeout=self.timeout, limits=STREAM_CONNECTION_LIMITS
+        )
 
     def request(self, options: RequestOptions, parse: Callable[[Any], T] | None) -> T | None:
         response = self.send(options)
@@ -266,7 +274,8 @@ class SyncTransport(_ClientCore):
 
     def _send_once(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
         try:
-            response = self._http.send(request, stream=stream)
+            http = self._stream_http if stream else self._http
+            response = http.send(request, stream=stream)
         except httpx.TransportError as exc:
             raise _transport_error(exc, request) from exc
         self._log(response)
@@ -281,6 +290,7 @@ class SyncTransport(_ClientCore):
     def close(self) -> None:
         if self._owns_http:
             self._http.close()
+            self._stream_http.close()
 
 
 class AsyncTransport(_ClientCore):
@@ -305,6 +315,9 @@ class AsyncTransport(_ClientCore):
         )
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=self.timeout)
+        self._stream_http = http_client or httpx.AsyncClient(
+            timeout=self.timeout, limits=STREAM_CONNECTION_LIMITS
+        )
 
     async def request(self, options: RequestOptions, parse: Callable[[Any], T] | None) -> T | None:
         response = await self.send(options)
@@ -324,7 +337,8 @@ class AsyncTransport(_ClientCore):
 
     async def _send_once(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
         try:
-            response = await self._http.send(request, stream=stream)
+            http = self._stream_http if stream else self._http
+            response = await http.send(request, stream=stream)
         except httpx.TransportError as exc:
             raise _transport_error(exc, request) from exc
         self._log(response)
@@ -339,6 +353,7 @@ class AsyncTransport(_ClientCore):
     async def close(self) -> None:
         if self._owns_http:
             await self._http.aclose()
+            await self._stream_http.aclose()
 
 
 def dump_json(value: Any) -> Any:
