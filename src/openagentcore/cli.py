@@ -132,6 +132,18 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     _store_option(show, required=True)
     show.add_argument("call_id")
     show.set_defaults(handler=_run_calls_show)
+    prune = actions.add_parser(
+        "prune", help="delete settled (applied or abandoned) calls older than an age"
+    )
+    _store_option(prune, required=True)
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        type=_age,
+        metavar="AGE",
+        help="age such as 3600, 90m, 12h or 7d",
+    )
+    prune.set_defaults(handler=_run_calls_prune)
 
 
 def _add_pending(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -222,6 +234,30 @@ def _run_calls_show(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         return 1
     for record in matches:
         print(json.dumps(_record_json(record), indent=2, ensure_ascii=False))
+    return 0
+
+
+def _age(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an age: {text!r} (try 3600, 90m, 12h or 7d)"
+        ) from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError("an age cannot be negative")
+    return seconds
+
+
+def _run_calls_prune(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    store = _open(args.store)
+    try:
+        removed = store.prune(older_than=args.older_than)
+    finally:
+        store.close()
+    print(f"Removed {removed} settled call(s)")
     return 0
 
 

@@ -148,3 +148,22 @@ def test_calls_list_and_show(
 def test_calls_list_rejects_an_unknown_state(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["calls", "list", "--store", str(tmp_path / "x.db"), "--state", "bogus"])
+
+
+def test_calls_prune_removes_only_settled_calls(
+    setup: tuple[Client, str, FunctionCallAction, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, session_id, action, store_path = setup
+    key = _save_result(store_path, session_id, action)
+    assert main(["calls", "prune", "--store", str(store_path), "--older-than", "0"]) == 0
+    assert "Removed 0 settled call(s)" in capsys.readouterr().out  # completed is not settled
+
+    store = SQLiteResultStore(store_path)
+    store.mark(key, CallState.SUBMITTED)
+    store.mark(key, CallState.APPLIED)
+    store.close()
+    time.sleep(0.01)
+    assert main(["calls", "prune", "--store", str(store_path), "--older-than", "0s"]) == 0
+    assert "Removed 1 settled call(s)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["calls", "prune", "--store", str(store_path), "--older-than", "soon"])
