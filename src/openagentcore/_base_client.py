@@ -73,11 +73,18 @@ def new_idempotency_key() -> str:
 
 
 def check_idempotency_key(key: str) -> str:
+    """Refuse, before anything is sent, a key the server or HTTP itself would reject."""
     size = len(key.encode("utf-8"))
-    if not key or size > MAX_IDEMPOTENCY_KEY_BYTES:
+    if not key.strip() or size > MAX_IDEMPOTENCY_KEY_BYTES:
         raise ValueError(
-            f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes of UTF-8, "
-            f"got {size} bytes; use a shorter key (for example a hash of your own id)"
+            f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes and not only "
+            f"whitespace, got {size} bytes; use a shorter key (for example a hash of your "
+            "own id)"
+        )
+    if not (key.isascii() and key.isprintable()):
+        raise ValueError(
+            "idempotency_key must be printable ASCII because it travels as an HTTP header; "
+            "encode your id first (for example as hex or a hash)"
         )
     return key
 
