@@ -143,7 +143,9 @@ async def test_own_http_client_is_closed_with_the_client() -> None:
     await async_client.close()
 
     assert sync_client._transport._http.is_closed
+    assert sync_client._transport._stream_http.is_closed
     assert async_client._transport._http.is_closed
+    assert async_client._transport._stream_http.is_closed
 
 
 async def test_timeout_number_applies_to_requests(api: respx.MockRouter) -> None:

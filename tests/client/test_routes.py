@@ -327,21 +327,30 @@ async def test_each_logical_call_gets_its_own_idempotency_key(
 
 
 @pytest.mark.parametrize(
-    "key",
-    ["k" * 129, "é" * 65, ""],
-    ids=["129 ascii bytes", "130 utf-8 bytes in 65 characters", "empty"],
+    ("key", "message"),
+    [
+        ("k" * 129, "must be 1 to 128 bytes"),
+        ("é" * 65, "must be 1 to 128 bytes"),
+        ("", "must be 1 to 128 bytes"),
+        ("   ", "not only whitespace"),
+        ("clé-1", "must be printable ASCII"),
+        ("line\nbreak", "must be printable ASCII"),
+    ],
+    ids=["129 bytes", "130 bytes in 65 characters", "empty", "blank", "non-ascii", "newline"],
 )
 async def test_bad_idempotency_key_is_refused_before_any_request(
-    client: AnyClient, api: respx.MockRouter, key: str
+    client: AnyClient, api: respx.MockRouter, key: str, message: str
 ) -> None:
     mocked = api.post("agents/sessions/se_1/events")
 
-    with pytest.raises(ValueError, match="idempotency_key must be 1 to 128 bytes"):
+    with pytest.raises(ValueError, match=message) as caught:
         await resolve(
             client.sessions.events.create(
                 "se_1", events=[InputMessageEvent.from_text("hi")], idempotency_key=key
             )
         )
+    assert type(caught.value) is ValueError, "a plain, explained ValueError"
+    assert str(caught.value).startswith("idempotency_key must be")
     assert not mocked.called
 
 
