@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import threading
 import time
@@ -20,11 +19,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal
 
 import tenacity
+from typing_extensions import Unpack
 
 from .._client import AsyncClient
 from .._errors import NotFoundError, OpenAgentCoreError
 from .._streaming import AsyncEventStream
-from ..store import ResultStore
 from ..types import UserMessage
 from ._base import (
     Connected,
@@ -36,15 +35,15 @@ from ._base import (
     Received,
     RunnerBase,
     RunnerError,
+    RunnerOptions,
     Until,
     Wake,
     final_text,
     input_event,
     parse_output,
 )
-from ._core import ActionHandler, ErrorHook, InDoubtHandler, Job, SessionState
+from ._core import Job, SessionState
 from ._report import ServeReport, TurnResult
-from ._results import ErrorFormatter
 from ._sync import _deadline, _fatal, _reconnectable
 
 __all__ = ["AsyncFunctionRunner"]
@@ -83,33 +82,10 @@ class AsyncFunctionRunner(RunnerBase):
     across all of them.
     """
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        *,
-        store: ResultStore | str | os.PathLike[str] | None = None,
-        max_concurrency: int = 16,
-        lease_seconds: float = 60.0,
-        unknown_functions: Literal["leave", "fail"] = "leave",
-        error_formatter: ErrorFormatter | None = None,
-        on_error: ErrorHook | None = None,
-        on_in_doubt: InDoubtHandler | None = None,
-        on_action: ActionHandler | None = None,
-        reconnect_max_delay: float = 2.0,
-        poll_interval: float = 1.0,
-    ) -> None:
-        super().__init__(
-            store=store,
-            max_concurrency=max_concurrency,
-            lease_seconds=lease_seconds,
-            unknown_functions=unknown_functions,
-            error_formatter=error_formatter,
-            on_error=on_error,
-            on_in_doubt=on_in_doubt,
-            on_action=on_action,
-            reconnect_max_delay=reconnect_max_delay,
-            poll_interval=poll_interval,
-        )
+    default_max_concurrency = 16
+
+    def __init__(self, client: AsyncClient, **options: Unpack[RunnerOptions]) -> None:
+        super().__init__(**options)
         self.client = client
         self._slots: asyncio.Semaphore | None = None
         self._stopping = threading.Event()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
 import pydantic
+from typing_extensions import TypedDict
 
 from .._errors import OpenAgentCoreError
 from ..store import CallKey, ResultStore, new_owner_id, open_store
@@ -16,10 +17,43 @@ from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore
 from ._registry import FunctionRegistry, describe_function
 from ._results import ErrorFormatter
 
-__all__ = ["RunnerBase", "RunnerError"]
+__all__ = ["RunnerBase", "RunnerError", "RunnerOptions"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Until = Literal["idle", "forever"]
+
+
+class RunnerOptions(TypedDict, total=False):
+    """Options shared by :class:`FunctionRunner` and :class:`AsyncFunctionRunner`.
+
+    - ``store``: a :class:`~openagentcore.ResultStore`, a SQLite path or a
+      ``postgresql://`` URL (default: ``openagentcore-calls.db`` in the working directory).
+    - ``max_concurrency``: functions running at once, across all Sessions served.
+    - ``lease_seconds``: how long a claim holds without renewal; the runner renews it
+      while the function runs. After it lapses another worker may treat the call as in
+      doubt.
+    - ``unknown_functions``: ``"leave"`` calls to functions not registered here pending
+      for another worker, or ``"fail"`` them.
+    - ``error_formatter``: turns a function's exception into the text the model sees
+      (default: a generic text that reveals nothing).
+    - ``on_error``: sees each exception locally.
+    - ``on_in_doubt``: decides what to do with a call in doubt (default: fail it).
+    - ``on_action``: sees required actions that are not function calls.
+    - ``reconnect_max_delay``: cap of the stream reconnect backoff, in seconds.
+    - ``poll_interval``: seconds between reads of a Session that waits on calls other
+      workers hold.
+    """
+
+    store: ResultStore | str | os.PathLike[str] | None
+    max_concurrency: int | None
+    lease_seconds: float
+    unknown_functions: Literal["leave", "fail"]
+    error_formatter: ErrorFormatter | None
+    on_error: ErrorHook | None
+    on_in_doubt: InDoubtHandler | None
+    on_action: ActionHandler | None
+    reconnect_max_delay: float
+    poll_interval: float
 
 
 class RunnerError(OpenAgentCoreError):
@@ -30,20 +64,25 @@ class RunnerBase:
     """Registration and configuration common to :class:`FunctionRunner` and
     :class:`AsyncFunctionRunner`."""
 
+    #: Functions running at once when ``max_concurrency`` is not given.
+    default_max_concurrency = 8
+
     def __init__(
         self,
         *,
-        store: ResultStore | str | os.PathLike[str] | None,
-        max_concurrency: int,
-        lease_seconds: float,
-        unknown_functions: Literal["leave", "fail"],
-        error_formatter: ErrorFormatter | None,
-        on_error: ErrorHook | None,
-        on_in_doubt: InDoubtHandler | None,
-        on_action: ActionHandler | None,
-        reconnect_max_delay: float,
-        poll_interval: float,
+        store: ResultStore | str | os.PathLike[str] | None = None,
+        max_concurrency: int | None = None,
+        lease_seconds: float = 60.0,
+        unknown_functions: Literal["leave", "fail"] = "leave",
+        error_formatter: ErrorFormatter | None = None,
+        on_error: ErrorHook | None = None,
+        on_in_doubt: InDoubtHandler | None = None,
+        on_action: ActionHandler | None = None,
+        reconnect_max_delay: float = 2.0,
+        poll_interval: float = 1.0,
     ) -> None:
+        if max_concurrency is None:
+            max_concurrency = self.default_max_concurrency
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
         if lease_seconds <= 0:

@@ -27,6 +27,7 @@ from ..store import (
     CallKey,
     CallRecord,
     CallState,
+    Claim,
     ResultStore,
     arguments_hash,
 )
@@ -314,13 +315,7 @@ class RunnerCore:
             return self._unknown_function(state, call)
         record = self.store.get(call.key)
         if record is None:
-            claim = self.store.claim(
-                call.key,
-                function_name=call.name,
-                arguments_hash=arguments_hash(call.arguments),
-                owner=self.owner,
-                lease_seconds=self.lease_seconds,
-            )
+            claim = self._claim(call)
             if claim.won:
                 self._begin(state, call.key)
                 return Job(call, function)
@@ -429,13 +424,7 @@ class RunnerCore:
                 state.report.left_pending.append(call.key)
             state.not_mine.add(call.key)
             return None
-        claim = self.store.claim(
-            call.key,
-            function_name=call.name,
-            arguments_hash=arguments_hash(call.arguments),
-            owner=self.owner,
-            lease_seconds=self.lease_seconds,
-        )
+        claim = self._claim(call)
         if claim.won:
             error = f"No function named {call.name!r} is served here."
             saved = self.store.save_result(
@@ -521,6 +510,15 @@ class RunnerCore:
         """A job ended without a result (e.g. SystemExit): it may have had its effect."""
         self._end(state, key)
         self.store.mark(key, CallState.IN_DOUBT)
+
+    def _claim(self, call: PendingCall) -> Claim:
+        return self.store.claim(
+            call.key,
+            function_name=call.name,
+            arguments_hash=arguments_hash(call.arguments),
+            owner=self.owner,
+            lease_seconds=self.lease_seconds,
+        )
 
     def _begin(self, state: SessionState, key: CallKey) -> None:
         state.in_flight.add(key)

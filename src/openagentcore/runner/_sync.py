@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
 import signal
 import threading
@@ -21,11 +20,11 @@ from types import FrameType
 from typing import Any, Literal
 
 import tenacity
+from typing_extensions import Unpack
 
 from .._client import Client
 from .._errors import APIStatusError, NotFoundError, OpenAgentCoreError
 from .._streaming import EventStream
-from ..store import ResultStore
 from ..types import UserMessage
 from ._base import (
     Connected,
@@ -37,15 +36,15 @@ from ._base import (
     Received,
     RunnerBase,
     RunnerError,
+    RunnerOptions,
     Until,
     Wake,
     final_text,
     input_event,
     parse_output,
 )
-from ._core import ActionHandler, ErrorHook, InDoubtHandler, Job, SessionState
+from ._core import Job, SessionState
 from ._report import ServeReport, TurnResult
-from ._results import ErrorFormatter
 
 __all__ = ["FunctionRunner"]
 
@@ -61,35 +60,12 @@ class FunctionRunner(RunnerBase):
     ``postgresql://`` URL.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        *,
-        store: ResultStore | str | os.PathLike[str] | None = None,
-        max_concurrency: int = 8,
-        lease_seconds: float = 60.0,
-        unknown_functions: Literal["leave", "fail"] = "leave",
-        error_formatter: ErrorFormatter | None = None,
-        on_error: ErrorHook | None = None,
-        on_in_doubt: InDoubtHandler | None = None,
-        on_action: ActionHandler | None = None,
-        reconnect_max_delay: float = 2.0,
-        poll_interval: float = 1.0,
-    ) -> None:
-        super().__init__(
-            store=store,
-            max_concurrency=max_concurrency,
-            lease_seconds=lease_seconds,
-            unknown_functions=unknown_functions,
-            error_formatter=error_formatter,
-            on_error=on_error,
-            on_in_doubt=on_in_doubt,
-            on_action=on_action,
-            reconnect_max_delay=reconnect_max_delay,
-            poll_interval=poll_interval,
-        )
+    def __init__(self, client: Client, **options: Unpack[RunnerOptions]) -> None:
+        super().__init__(**options)
         self.client = client
-        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="openagentcore-call")
+        self._pool = ThreadPoolExecutor(
+            self.max_concurrency, thread_name_prefix="openagentcore-call"
+        )
         self._stopping = threading.Event()
         self._inboxes: set[queue.Queue[Message]] = set()
 
