@@ -34,6 +34,12 @@ UNKNOWN = corpus("unknown_types")["event_type"]["payload"]
 KEEPALIVE = ": keepalive\n\n"
 STREAM_ROUTE = "agents/sessions/se_1/events"
 
+#: Bugs with a fix ready that waits on an uncommitted edit to _streaming.py by another
+#: engineer; strict, so the marker must go once the fix lands.
+PENDING_STREAM_FIX = pytest.mark.xfail(
+    strict=True, reason="_streaming.py: closed streams keep reading; SSEError blamed on the network"
+)
+
 
 async def open_stream(client: AnyClient) -> EventStream | AsyncEventStream:
     stream: EventStream | AsyncEventStream = await resolve(client.sessions.events.stream("se_1"))
@@ -137,6 +143,43 @@ async def test_interrupted_error_frame_is_recognised_by_its_data_type(
 
     with pytest.raises(StreamError, match="The event stream was interrupted"):
         await collect(await open_stream(client))
+
+
+@PENDING_STREAM_FIX
+async def test_no_event_is_yielded_after_an_interruption(
+    client: AnyClient, api: respx.MockRouter
+) -> None:
+    frames = [EVENTS["error_stream_interrupted"], EVENTS["session_idle"]]
+    api.get(STREAM_ROUTE).mock(return_value=sse_response(frames))
+    stream = await open_stream(client)
+    with pytest.raises(StreamError):
+        await next_event(stream)
+
+    assert await collect(stream) == []
+
+
+@PENDING_STREAM_FIX
+async def test_closed_stream_ends_iteration(client: AnyClient, api: respx.MockRouter) -> None:
+    api.get(STREAM_ROUTE).mock(return_value=sse_response([EVENTS["session_idle"]]))
+    stream = await open_stream(client)
+
+    await close(stream)
+
+    assert await collect(stream) == []
+
+
+@PENDING_STREAM_FIX
+async def test_answer_that_is_not_an_event_stream_is_a_validation_error(
+    client: AnyClient, api: respx.MockRouter
+) -> None:
+    api.get(STREAM_ROUTE).respond(200, json={"id": "se_1"})
+    stream = await open_stream(client)
+
+    with pytest.raises(APIResponseValidationError, match="got application/json") as caught:
+        await next_event(stream)
+
+    assert "Expected an event stream from GET /v1/agents/sessions/se_1/events" in str(caught.value)
+    assert stream.response.is_closed
 
 
 @pytest.mark.parametrize(
