@@ -1,0 +1,298 @@
+"""A fleet of runner processes serving the same Sessions while workers are SIGKILLed.
+
+Several ``fleet_worker.py`` processes share one result store (PostgreSQL, or one SQLite
+file) and serve the same Sessions of one LocalCore. The test kills random workers while
+calls run, starts a replacement for each, and then checks the promise of the fleet:
+no effect happens twice unless the call was in doubt and its function is idempotent,
+no call is lost, every Session ends idle, and a call in doubt that may not be repeated
+is answered with the "outcome unknown" failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openagentcore import Client
+from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
+from openagentcore.runner import IN_DOUBT_ERROR
+from openagentcore.store import CallRecord, PostgresResultStore, ResultStore, SQLiteResultStore
+from openagentcore.types import FunctionCallItem, FunctionCallOutputItem
+
+from . import fleet_worker
+
+pytestmark = pytest.mark.slow
+
+WORKER = Path(fleet_worker.__file__)
+#: Rounds of parallel calls in each Session's Turn: two that may not be repeated, one
+#: that may.
+ROUND = ("charge", "reserve", "charge")
+
+
+def scenario(rounds: int) -> Scenario:
+    steps = [
+        tuple(FunctionCall(name, {"order": f"r{step}c{slot}"}) for slot, name in enumerate(ROUND))
+        for step in range(rounds)
+    ]
+    return Scenario(turns=[TurnScript(steps=steps, answer="{summary}")])
+
+
+@dataclass
+class FleetOutcome:
+    """What the invariant check counted, for assertions on the chaos itself."""
+
+    calls: int = 0
+    charges_in_doubt: int = 0
+    reserve_reruns: int = 0
+
+
+@dataclass
+class Fleet:
+    """Sessions on one LocalCore and the worker processes that serve them."""
+
+    core: LocalCore
+    client: Client
+    workdir: Path
+    store_args: list[str]
+    open_store: Callable[[], ResultStore]
+    session_ids: list[str]
+    workers: list[subprocess.Popen[str]] = field(default_factory=list)
+    killed: list[subprocess.Popen[str]] = field(default_factory=list)
+    logs: dict[int, Path] = field(default_factory=dict)
+
+    @property
+    def effects_log(self) -> Path:
+        return self.workdir / "effects.jsonl"
+
+    def start_worker(self) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "OPENAGENTCORE_BASE_URL": self.core.base_url,
+            "OPENAGENTCORE_API_KEY": self.core.api_key,
+        }
+        command = [sys.executable, str(WORKER), str(self.workdir / "sessions.json")]
+        # stderr to a file: a pipe nobody drains could fill up with log lines and block.
+        log = self.workdir / f"worker-{len(self.workers) + len(self.killed)}.log"
+        with log.open("w") as stderr:
+            worker = subprocess.Popen(
+                [*command, str(self.effects_log), *self.store_args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        self.logs[worker.pid] = log
+        self.workers.append(worker)
+        return worker
+
+    def kill(self, worker: subprocess.Popen[str]) -> None:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        self.workers.remove(worker)
+        self.killed.append(worker)
+
+    def effects(self) -> list[dict[str, Any]]:
+        if not self.effects_log.exists():
+            return []
+        return [json.loads(line) for line in self.effects_log.read_text().splitlines()]
+
+    def all_idle(self) -> bool:
+        return all(self.client.sessions.retrieve(s).status == "idle" for s in self.session_ids)
+
+    def run_with_kills(
+        self, *, workers: int, kills: int, seed: int, gap: tuple[float, float], settle: float
+    ) -> int:
+        """Start ``workers``; once calls run, every ``gap`` seconds (random) SIGKILL the
+        worker that started a function last and start a replacement, up to ``kills``
+        times; then wait until every Session is idle."""
+        chance = random.Random(seed)
+        for _ in range(workers):
+            self.start_worker()
+        deadline = time.monotonic() + settle
+        while not self.effects() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        landed = 0
+        while landed < kills and not self.all_idle():
+            time.sleep(chance.uniform(*gap))
+            self.kill(self._busy_worker() or chance.choice(self.workers))
+            landed += 1
+            self.start_worker()
+        while not self.all_idle():
+            assert time.monotonic() < deadline, "the Sessions were not settled in time"
+            time.sleep(0.1)
+        for worker in self.workers:
+            stdout, _ = worker.communicate(timeout=30)
+            assert worker.returncode == 0, self.logs[worker.pid].read_text()
+            summary = json.loads(stdout.strip().splitlines()[-1])
+            assert summary["not_idle"] == [], summary
+        return landed
+
+    def _busy_worker(self) -> subprocess.Popen[str] | None:
+        """The live worker that started a function last: most likely inside a call, so
+        killing it leaves a call in doubt."""
+        alive = {worker.pid: worker for worker in self.workers}
+        for effect in reversed(self.effects()):
+            if effect["pid"] in alive:
+                return alive[effect["pid"]]
+        return None
+
+    def check_invariants(self) -> FleetOutcome:
+        """What must hold however the workers died."""
+        killed_pids = {worker.pid for worker in self.killed}
+        runs = Counter((e["session"], e["call"]) for e in self.effects())
+        runners = {(e["session"], e["call"]): e["pid"] for e in self.effects()}
+        outcome = FleetOutcome()
+        store = self.open_store()
+        try:
+            for session_id in self.session_ids:
+                assert self.client.sessions.retrieve(session_id).status == "idle"
+                records = {r.key.call_id: r for r in store.find(session_id=session_id)}
+                submitted = self.core.stored_results(session_id)
+                for call, output in _calls_and_outputs(self.client, session_id):
+                    outcome.calls += 1
+                    assert output is not None, f"call {call.call_id} was lost"
+                    record = records[call.call_id]
+                    assert record.result is not None
+                    # The server holds byte for byte the result the store saved first.
+                    assert submitted[call.call_id] == record.result
+                    assert output.error == record.result.get("error")
+                    ran = runs[(session_id, call.call_id)]
+                    order = call.decoded_arguments()["order"]
+                    if call.name == "charge":
+                        _check_charge(
+                            record, ran, order, runners.get((session_id, call.call_id)), killed_pids
+                        )
+                        outcome.charges_in_doubt += record.result["success"] is False
+                    else:
+                        # Idempotent: re-run when in doubt, at most once per claim.
+                        assert record.result["success"] is True, record.result
+                        assert record.result["output"] == f"reserved {order}"
+                        assert 1 <= ran <= record.attempts
+                        outcome.reserve_reruns += ran - 1
+        finally:
+            store.close()
+        return outcome
+
+
+def _check_charge(
+    record: CallRecord, ran: int, order: str, runner_pid: int | None, killed: set[int]
+) -> None:
+    assert record.result is not None
+    assert ran <= 1, f"charge {order} of {record.key} ran {ran} times"
+    if record.result["success"]:
+        assert ran == 1
+        assert record.result["output"] == f"charged {order}"
+    else:
+        # Failed only because its worker died between claim and saved result.
+        assert record.result["error"] == IN_DOUBT_ERROR
+        assert ran == 0 or runner_pid in killed, "a live worker's charge was failed in doubt"
+
+
+def _calls_and_outputs(
+    client: Client, session_id: str
+) -> list[tuple[FunctionCallItem, FunctionCallOutputItem | None]]:
+    items = list(client.sessions.items.list(session_id, order="asc"))
+    outputs = Counter(i.call_id for i in items if isinstance(i, FunctionCallOutputItem))
+    assert all(count == 1 for count in outputs.values()), f"duplicated outputs: {outputs}"
+    by_call = {i.call_id: i for i in items if isinstance(i, FunctionCallOutputItem)}
+    return [(i, by_call.get(i.call_id)) for i in items if isinstance(i, FunctionCallItem)]
+
+
+@pytest.fixture
+def make_fleet(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
+    fleets: list[Fleet] = []
+
+    def make(
+        *, sessions: int, rounds: int, store_args: list[str], open_store: Callable[[], ResultStore]
+    ) -> Fleet:
+        core = LocalCore(scenario=scenario(rounds), keepalive_interval=0.5).start()
+        client = Client(api_key=core.api_key, base_url=core.base_url)
+        tools = fleet_worker.tools()
+        session_ids = [
+            client.sessions.create(
+                agent={"model": "scripted", "tools": tools}, input=f"process batch {n}"
+            ).id
+            for n in range(sessions)
+        ]
+        (tmp_path / "sessions.json").write_text(json.dumps(session_ids))
+        fleet = Fleet(core, client, tmp_path, store_args, open_store, session_ids)
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        for worker in fleet.workers:
+            if worker.poll() is None:
+                worker.kill()
+            worker.communicate()
+        fleet.client.close()
+        fleet.core.stop()
+
+
+@pytest.fixture
+def postgres_table() -> Iterator[tuple[str, str, str]]:
+    """``(dsn, schema, table)`` private to one test; the schema is dropped after it."""
+    dsn = os.environ.get(fleet_worker.POSTGRES_DSN_ENV)
+    if not dsn:
+        pytest.skip(
+            f"set {fleet_worker.POSTGRES_DSN_ENV} to a PostgreSQL DSN (e.g. "
+            "postgresql://postgres@127.0.0.1:5432/test) to run the PostgreSQL fleet test"
+        )
+    import psycopg
+
+    schema = f"oac_fleet_{secrets.token_hex(4)}"
+    yield dsn, schema, "calls"
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.postgres
+def test_postgres_fleet_of_four_survives_random_kills(
+    make_fleet: Callable[..., Fleet], postgres_table: tuple[str, str, str]
+) -> None:
+    dsn, schema, table = postgres_table
+    fleet = make_fleet(
+        sessions=20,
+        rounds=4,
+        store_args=["--postgres", f"{schema}.{table}"],
+        open_store=lambda: PostgresResultStore(dsn, schema=schema, table=table, pool_size=1),
+    )
+
+    kills = fleet.run_with_kills(workers=4, kills=6, seed=6, gap=(0.3, 0.7), settle=60)
+
+    outcome = fleet.check_invariants()
+    assert outcome.calls == 20 * 4 * len(ROUND)
+    assert kills >= 3, f"only {kills} kills landed before the Sessions were idle"
+    assert outcome.charges_in_doubt + outcome.reserve_reruns >= 1, "no kill left a call in doubt"
+
+
+def test_sqlite_fleet_on_one_file_survives_random_kills(
+    make_fleet: Callable[..., Fleet], tmp_path: Path
+) -> None:
+    database = tmp_path / "calls.db"
+    fleet = make_fleet(
+        sessions=8,
+        rounds=3,
+        store_args=["--sqlite", str(database)],
+        open_store=lambda: SQLiteResultStore(database),
+    )
+
+    kills = fleet.run_with_kills(workers=3, kills=3, seed=3, gap=(0.3, 0.6), settle=60)
+
+    outcome = fleet.check_invariants()
+    assert outcome.calls == 8 * 3 * len(ROUND)
+    assert kills >= 2, f"only {kills} kills landed before the Sessions were idle"
+    assert outcome.charges_in_doubt + outcome.reserve_reruns >= 1, "no kill left a call in doubt"
