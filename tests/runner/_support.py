@@ -139,6 +139,16 @@ class Harness:
 
 Flavour = Literal["def", "async def"]
 
+#: Every runner with every kind of function. A module may set ``RUNNER_COMBINATIONS``
+#: to a shorter list when what it tests does not depend on the driver.
+ALL_COMBINATIONS: list[tuple[RunnerKind, Flavour]] = [
+    ("sync", "def"),
+    ("sync", "async def"),
+    ("async", "def"),
+    ("async", "async def"),
+]
+PAIRED: list[tuple[RunnerKind, Flavour]] = [("sync", "def"), ("async", "async def")]
+
 
 def flavoured(func: Callable[..., Any], flavour: Flavour) -> Callable[..., Any]:
     """``func`` itself, or a coroutine function with the same name, docs and signature."""

@@ -7,7 +7,7 @@ import pytest
 
 from openagentcore.local import LocalCore
 
-from ._support import Flavour, Harness, RunnerKind
+from ._support import ALL_COMBINATIONS, Flavour, Harness, RunnerKind
 
 
 @pytest.fixture
@@ -26,16 +26,39 @@ def make_core() -> Iterator[Callable[..., LocalCore]]:
         core.stop()
 
 
-@pytest.fixture(params=["sync", "async"], ids=["FunctionRunner", "AsyncFunctionRunner"])
-def runner_kind(request: pytest.FixtureRequest) -> RunnerKind:
-    kind: RunnerKind = request.param
-    return kind
+_RUNNER_NAMES = {"sync": "FunctionRunner", "async": "AsyncFunctionRunner"}
 
 
-@pytest.fixture(params=["def", "async def"], ids=["def", "async-def"])
-def flavour(request: pytest.FixtureRequest) -> Flavour:
-    chosen: Flavour = request.param
-    return chosen
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "combination" not in metafunc.fixturenames:
+        return
+    combinations = getattr(metafunc.module, "RUNNER_COMBINATIONS", ALL_COMBINATIONS)
+    # Vary only what the test uses: a test without functions of both kinds needs one
+    # combination per runner, and one that builds its own runner one per kind of def.
+    used = [
+        index
+        for index, name in enumerate(("runner_kind", "flavour"))
+        if name in metafunc.fixturenames
+    ]
+    unique = {tuple(combination[i] for i in used): combination for combination in combinations}
+    names = [
+        "-".join(
+            _RUNNER_NAMES[part] if i == 0 else part.replace(" ", "-")
+            for i, part in zip(used, key, strict=True)
+        )
+        for key in unique
+    ]
+    metafunc.parametrize("combination", list(unique.values()), ids=names)
+
+
+@pytest.fixture
+def runner_kind(combination: tuple[RunnerKind, Flavour]) -> RunnerKind:
+    return combination[0]
+
+
+@pytest.fixture
+def flavour(combination: tuple[RunnerKind, Flavour]) -> Flavour:
+    return combination[1]
 
 
 @pytest.fixture

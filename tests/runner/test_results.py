@@ -14,11 +14,11 @@ from openagentcore.runner import INTERNAL_ERROR
 from openagentcore.store import CallKey
 
 from ._support import (
+    PAIRED,
     AppliedCall,
     CallLog,
     Flavour,
     Harness,
-    RunnerKind,
     applied_calls,
     flavoured,
     one_turn,
@@ -28,25 +28,9 @@ MakeCore = Callable[..., LocalCore]
 MakeHarness = Callable[..., Harness]
 
 
-# Results are built by the core both runners share, so two pairings cover the drivers and
-# both kinds of function without running every combination.
-@pytest.fixture(
-    params=[("sync", "def"), ("async", "async def")],
-    ids=["FunctionRunner-def", "AsyncFunctionRunner-async-def"],
-)
-def pairing(request: pytest.FixtureRequest) -> tuple[RunnerKind, Flavour]:
-    chosen: tuple[RunnerKind, Flavour] = request.param
-    return chosen
-
-
-@pytest.fixture
-def runner_kind(pairing: tuple[RunnerKind, Flavour]) -> RunnerKind:
-    return pairing[0]
-
-
-@pytest.fixture
-def flavour(pairing: tuple[RunnerKind, Flavour]) -> Flavour:
-    return pairing[1]
+# Results are built by the core both runners share: two combinations cover both drivers
+# and both kinds of function.
+RUNNER_COMBINATIONS = PAIRED
 
 
 #: A 1x1 PNG, as an inline data URI the server accepts.
