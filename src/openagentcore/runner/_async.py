@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 import signal
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import tenacity
@@ -91,6 +94,12 @@ class AsyncFunctionRunner(RunnerBase):
         self._stopping = threading.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._inboxes: set[_Inbox] = set()
+        # Plain functions get threads of their own: in asyncio's shared default pool
+        # (a few threads on a small machine) they would run fewer than max_concurrency
+        # at once and queue the runner's own store calls behind them.
+        self._function_threads = ThreadPoolExecutor(
+            self.max_concurrency, thread_name_prefix="openagentcore-call"
+        )
 
     # -- public API ----------------------------------------------------------------------
 
@@ -163,6 +172,7 @@ class AsyncFunctionRunner(RunnerBase):
     async def close(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._function_threads.shutdown(wait=False)
         await asyncio.to_thread(self.store.close)
 
     async def __aenter__(self) -> AsyncFunctionRunner:
@@ -250,7 +260,12 @@ class AsyncFunctionRunner(RunnerBase):
                 if job.function.is_async:
                     event = await self._core.execute_async(job)
                 else:
-                    event = await asyncio.to_thread(self._core.execute, job)
+                    call = functools.partial(
+                        contextvars.copy_context().run, self._core.execute, job
+                    )
+                    event = await asyncio.get_running_loop().run_in_executor(
+                        self._function_threads, call
+                    )
         except BaseException:
             inbox.put(Lost(job.call.key))  # no result: the call stays claimed, in doubt
             raise
