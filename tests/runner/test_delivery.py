@@ -333,3 +333,26 @@ def test_one_async_runner_serves_several_sessions_at_once(
             assert applied.output.output == "met x"
     finally:
         harness.close()
+
+
+def test_plain_functions_get_max_concurrency_threads_in_the_async_runner(
+    make_core: MakeCore,
+) -> None:
+    # More calls than asyncio's default thread pool has threads on a small machine.
+    calls = 12
+    step = [FunctionCall("meet", {"n": n}) for n in range(calls)]
+    harness = Harness(make_core(scenario=one_turn(step)), "async", max_concurrency=calls)
+    together = threading.Barrier(calls, timeout=5)
+
+    def meet(n: int) -> int:
+        """Return once every call runs at the same time."""
+        together.wait()
+        return n
+
+    try:
+        harness.runner.function(meet)
+        report = harness.serve(harness.create_session())
+    finally:
+        harness.close()
+    assert report.calls_run == calls
+    assert report.function_errors == 0
