@@ -466,7 +466,7 @@ class RunnerCore:
             value = job.function.func(*args, **kwargs)
         except Exception as exc:
             return self.failed(job, exc)
-        return success_event(job.call.key, value)
+        return self._succeeded(job, value)
 
     async def execute_async(self, job: Job) -> dict[str, Any]:
         """The coroutine-function twin of :meth:`execute`."""
@@ -478,7 +478,22 @@ class RunnerCore:
             value = await job.function.func(*args, **kwargs)
         except Exception as exc:
             return self.failed(job, exc)
-        return success_event(job.call.key, value)
+        return self._succeeded(job, value)
+
+    def _succeeded(self, job: Job, value: object) -> dict[str, Any]:
+        """The result event for a returned value. A value that cannot be sent fails the
+        call: the function did run, so leaving it without a result would put it in
+        doubt (and re-run an idempotent one forever)."""
+        try:
+            return success_event(job.call.key, value)
+        except (TypeError, ValueError) as exc:
+            logger.error(
+                "Function %s returned a %s, which cannot be sent as a result; return str, "
+                "JSON-compatible data, a pydantic model or content parts",
+                job.function.name,
+                type(value).__name__,
+            )
+            return self.failed(job, exc)
 
     def failed(self, job: Job, exc: Exception) -> dict[str, Any]:
         logger.debug("Function %s raised %s", job.function.name, type(exc).__name__)
