@@ -292,3 +292,41 @@ def test_a_pydantic_model_passes_one_validated_instance(
 
     assert received == [Address(street="Main St", postal_code="123")]
     assert result["output"] == "Main St 123"
+
+
+class Opaque:
+    """Neither JSON nor content: the runner cannot send it."""
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_a_value_that_cannot_be_sent_fails_the_call_once(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, idempotent: bool
+) -> None:
+    seen: list[BaseException] = []
+    harness = make_harness(
+        make_core(scenario=one_turn([FunctionCall("build", {})])),
+        on_error=lambda key, error: seen.append(error),
+    )
+    log = CallLog()
+
+    def build() -> object:
+        """Build something."""
+        log.enter("build", None)
+        log.leave()
+        return Opaque()
+
+    harness.runner.function(idempotent=idempotent)(flavoured(build, flavour))
+    session_id = harness.create_session()
+
+    report = harness.serve(session_id)
+
+    # The function ran and its effect happened: the call is not in doubt, and an
+    # idempotent one is not run again.
+    assert len(log.runs) == 1
+    assert report.in_doubt == []
+    assert report.function_errors == 1
+    ((_, applied),) = applied_calls(harness.client, session_id).items()
+    assert applied.output is not None
+    assert applied.output.error == INTERNAL_ERROR
+    (error,) = seen
+    assert "Opaque" in str(error)
