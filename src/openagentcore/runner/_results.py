@@ -35,6 +35,9 @@ IN_DOUBT_ERROR = (
     "repeated, to avoid running its effect twice."
 )
 
+#: The contract's limit on the stored input of one ``events.create`` request.
+MAX_RESULT_BYTES = 512 * 1024
+
 ErrorFormatter = Callable[[BaseException], str]
 _CONTENT_TYPES = frozenset({"input_text", "input_image"})
 
@@ -45,10 +48,22 @@ def _base(key: CallKey, success: bool) -> dict[str, Any]:
 
 def success_event(key: CallKey, value: object) -> dict[str, Any]:
     """``output`` from a return value: ``str`` as is, content parts as parts, anything
-    else as JSON text; ``None`` leaves ``output`` out."""
+    else as JSON text; ``None`` leaves ``output`` out.
+
+    Raises ``ValueError`` for an output the server would refuse for its size: a saved
+    result is never replaced, so a refused one would leave the call pending forever.
+    """
     event = _base(key, True)
     if value is not None:
         event["output"] = _output(value)
+    # Measured as the server measures stored input: compact JSON, non-ASCII escaped.
+    size = len(json.dumps(event, separators=(",", ":")))
+    if size > MAX_RESULT_BYTES:
+        raise ValueError(
+            f"The result is {size} bytes of JSON; the server stores at most "
+            f"{MAX_RESULT_BYTES // 1024} KiB per request. Return less, or store the "
+            "data elsewhere and return a reference to it."
+        )
     return event
 
 
