@@ -330,3 +330,39 @@ def test_a_value_that_cannot_be_sent_fails_the_call_once(
     assert applied.output.error == INTERNAL_ERROR
     (error,) = seen
     assert "Opaque" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("kilobytes", "success"), [(500, True), (513, False)], ids=["under-limit", "over-limit"]
+)
+def test_an_output_too_large_for_the_server_fails_the_call_instead_of_sticking(
+    make_core: MakeCore,
+    make_harness: MakeHarness,
+    flavour: Flavour,
+    kilobytes: int,
+    success: bool,
+) -> None:
+    seen: list[BaseException] = []
+
+    def dump() -> str:
+        """Dump a large text."""
+        return "x" * kilobytes * 1024
+
+    applied, result = serve_one(
+        make_core,
+        make_harness,
+        dump,
+        {},
+        flavour,
+        on_error=lambda key, error: seen.append(error),
+    )
+
+    assert result["success"] is success
+    assert applied.output is not None
+    if success:
+        assert result["output"] == "x" * kilobytes * 1024
+        assert seen == []
+    else:
+        assert result["error"] == INTERNAL_ERROR
+        (error,) = seen
+        assert "512 KiB" in str(error)
