@@ -115,10 +115,13 @@ class Harness:
         spec = {"model": "scripted", "tools": self.runner.tools, **agent}
         return self.client.sessions.create(agent=spec, input=input).id
 
-    def serve(self, session_id: str, timeout: float = 15) -> ServeReport:
+    def serve(
+        self, session_id: str, timeout: float = 15, until: Literal["idle", "forever"] = "idle"
+    ) -> ServeReport:
         if isinstance(self.runner, FunctionRunner):
-            return self.runner.serve(session_id, timeout=timeout)
-        return self.portal.call(functools.partial(self.runner.serve, session_id, timeout=timeout))
+            return self.runner.serve(session_id, timeout=timeout, until=until)
+        serve = functools.partial(self.runner.serve, session_id, timeout=timeout, until=until)
+        return self.portal.call(serve)
 
     def recover(self, session_id: str) -> ServeReport:
         if isinstance(self.runner, FunctionRunner):

@@ -16,7 +16,7 @@ import pytest
 from openagentcore.local import Faults, FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner import AsyncFunctionRunner, ServeReport
 from openagentcore.store import CallKey, CallState
-from openagentcore.types import InputCancelEvent, ToolResultEvent
+from openagentcore.types import InputCancelEvent, InputMessageEvent, ToolResultEvent
 
 from ._support import CallLog, Flavour, Harness, applied_calls, flavoured, one_turn
 
@@ -356,3 +356,45 @@ def test_plain_functions_get_max_concurrency_threads_in_the_async_runner(
         harness.close()
     assert report.calls_run == calls
     assert report.function_errors == 0
+
+
+def test_serve_forever_follows_new_turns_until_stopped(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
+) -> None:
+    scenario = Scenario(
+        turns=[
+            TurnScript(steps=[[FunctionCall("add", {"a": 1, "b": 2})]]),
+            TurnScript(steps=[[FunctionCall("add", {"a": 3, "b": 4})]]),
+        ]
+    )
+    harness = make_harness(make_core(scenario=scenario))
+    log = CallLog()
+    register_add(harness, flavour, log)
+    session_id = harness.create_session()
+    reports: list[ServeReport] = []
+    server = threading.Thread(
+        target=lambda: reports.append(harness.serve(session_id, timeout=30, until="forever"))
+    )
+    server.start()
+
+    def wait_for_outputs(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            calls = applied_calls(harness.client, session_id).values()
+            if sum(c.output is not None for c in calls) == count:
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"{count} outputs never appeared")
+
+    wait_for_outputs(1)
+    harness.client.sessions.events.create(session_id, events=[InputMessageEvent.from_text("more")])
+    wait_for_outputs(2)
+    stopped_at = time.monotonic()
+    harness.runner.stop()
+    server.join(timeout=10)
+
+    assert not server.is_alive()
+    assert time.monotonic() - stopped_at < 2
+    (report,) = reports
+    assert report.calls_run == 2
+    assert sorted(pair for _, pair in log.runs) == [(1, 2), (3, 4)]
