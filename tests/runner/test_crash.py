@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from openagentcore import Client
-from openagentcore.local import FunctionCall, LocalCore
+from openagentcore.local import Faults, FunctionCall, LocalCore
 from openagentcore.runner import IN_DOUBT_ERROR
 from openagentcore.store import CallRecord, CallState, SQLiteResultStore
 
@@ -132,8 +132,8 @@ def make_rig(
 ) -> Iterator[Callable[..., CrashRig]]:
     clients: list[Client] = []
 
-    def make(*steps: list[FunctionCall]) -> CrashRig:
-        core = make_core(scenario=one_turn(*steps))
+    def make(*steps: list[FunctionCall], faults: Faults | None = None) -> CrashRig:
+        core = make_core(scenario=one_turn(*steps), faults=faults)
         client = Client(api_key=core.api_key, base_url=core.base_url)
         clients.append(client)
         session = client.sessions.create(
@@ -268,16 +268,22 @@ KILLS = 10
 STEPS = 10
 
 
-@pytest.mark.parametrize("seed", [20261203])
+#: A server that also drops streams, repeats events and loses responses.
+CHAOS = Faults(close_stream_after=40, duplicate_every=7, lose_input_response_every=5, retry_after=0)
+
+
+@pytest.mark.parametrize(
+    ("seed", "faults"), [(20261203, None), (4051, CHAOS)], ids=["quiet-server", "chaotic-server"]
+)
 def test_random_kills_never_repeat_or_lose_a_call(
-    make_rig: Callable[..., CrashRig], seed: int
+    make_rig: Callable[..., CrashRig], seed: int, faults: Faults | None
 ) -> None:
     names = ["charge", "reserve", "charge"]
     steps = [
         [FunctionCall(name, {"order": f"s{step}c{slot}"}) for slot, name in enumerate(names)]
         for step in range(STEPS)
     ]
-    rig = make_rig(*steps)
+    rig = make_rig(*steps, faults=faults)
     chance = random.Random(seed)
     kills = 0
     for attempt in range(KILLS):
