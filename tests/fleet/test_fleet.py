@@ -71,7 +71,9 @@ class Fleet:
     session_ids: list[str]
     workers: list[subprocess.Popen[str]] = field(default_factory=list)
     killed: list[subprocess.Popen[str]] = field(default_factory=list)
+    crashed: list[subprocess.Popen[str]] = field(default_factory=list)
     logs: dict[int, Path] = field(default_factory=dict)
+    worker_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def effects_log(self) -> Path:
@@ -82,6 +84,7 @@ class Fleet:
             **os.environ,
             "OPENAGENTCORE_BASE_URL": self.core.base_url,
             "OPENAGENTCORE_API_KEY": self.core.api_key,
+            **self.worker_env,
         }
         command = [sys.executable, str(WORKER), str(self.workdir / "sessions.json")]
         # stderr to a file: a pipe nobody drains could fill up with log lines and block.
@@ -104,6 +107,11 @@ class Fleet:
         self.workers.remove(worker)
         self.killed.append(worker)
 
+    def wait_for_first_effect(self, deadline: float) -> None:
+        while not self.effects():
+            assert time.monotonic() < deadline, "no worker ran a function"
+            time.sleep(0.05)
+
     def effects(self) -> list[dict[str, Any]]:
         if not self.effects_log.exists():
             return []
@@ -111,6 +119,28 @@ class Fleet:
 
     def all_idle(self) -> bool:
         return all(self.client.sessions.retrieve(s).status == "idle" for s in self.session_ids)
+
+    def wait_until_idle(self, deadline: float, *, restart_crashed: bool = False) -> None:
+        """Wait for every Session to be idle, then for every live worker to exit cleanly.
+
+        ``restart_crashed`` plays a process supervisor: a worker that exits with an error
+        is replaced.
+        """
+        while not self.all_idle():
+            assert time.monotonic() < deadline, "the Sessions were not settled in time"
+            for worker in list(self.workers):
+                if worker.poll() in (None, 0):
+                    continue
+                assert restart_crashed, self.logs[worker.pid].read_text()
+                self.workers.remove(worker)
+                self.crashed.append(worker)
+                self.start_worker()
+            time.sleep(0.1)
+        for worker in self.workers:
+            stdout, _ = worker.communicate(timeout=30)
+            assert worker.returncode == 0, self.logs[worker.pid].read_text()
+            summary = json.loads(stdout.strip().splitlines()[-1])
+            assert summary["not_idle"] == [], summary
 
     def run_with_kills(
         self, *, workers: int, kills: int, seed: int, gap: tuple[float, float], settle: float
@@ -122,22 +152,14 @@ class Fleet:
         for _ in range(workers):
             self.start_worker()
         deadline = time.monotonic() + settle
-        while not self.effects() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        self.wait_for_first_effect(deadline)
         landed = 0
         while landed < kills and not self.all_idle():
             time.sleep(chance.uniform(*gap))
             self.kill(self._busy_worker() or chance.choice(self.workers))
             landed += 1
             self.start_worker()
-        while not self.all_idle():
-            assert time.monotonic() < deadline, "the Sessions were not settled in time"
-            time.sleep(0.1)
-        for worker in self.workers:
-            stdout, _ = worker.communicate(timeout=30)
-            assert worker.returncode == 0, self.logs[worker.pid].read_text()
-            summary = json.loads(stdout.strip().splitlines()[-1])
-            assert summary["not_idle"] == [], summary
+        self.wait_until_idle(deadline)
         return landed
 
     def _busy_worker(self) -> subprocess.Popen[str] | None:
@@ -151,7 +173,7 @@ class Fleet:
 
     def check_invariants(self) -> FleetOutcome:
         """What must hold however the workers died."""
-        killed_pids = {worker.pid for worker in self.killed}
+        killed_pids = {worker.pid for worker in self.killed + self.crashed}
         runs = Counter((e["session"], e["call"]) for e in self.effects())
         runners = {(e["session"], e["call"]): e["pid"] for e in self.effects()}
         outcome = FleetOutcome()
@@ -172,6 +194,7 @@ class Fleet:
                     ran = runs[(session_id, call.call_id)]
                     order = call.decoded_arguments()["order"]
                     if call.name == "charge":
+                        # A charge is failed in doubt only if its worker died mid-call.
                         _check_charge(
                             record, ran, order, runners.get((session_id, call.call_id)), killed_pids
                         )
@@ -296,3 +319,88 @@ def test_sqlite_fleet_on_one_file_survives_random_kills(
     assert outcome.calls == 8 * 3 * len(ROUND)
     assert kills >= 2, f"only {kills} kills landed before the Sessions were idle"
     assert outcome.charges_in_doubt + outcome.reserve_reruns >= 1, "no kill left a call in doubt"
+
+
+def drop_connections_mid_transaction(dsn: str, table: str, application: str) -> int:
+    """Terminate the backends of every worker while each waits inside a transaction,
+    as a database restart does; returns how many were terminated.
+
+    A lock on the table holds each worker's next store call mid-transaction, so the
+    drop cannot fall between transactions, where the pool would quietly reconnect.
+    """
+    import psycopg
+
+    with psycopg.connect(dsn) as locker, psycopg.connect(dsn, autocommit=True) as admin:
+        locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        deadline = time.monotonic() + 10
+        waiting = 0
+        while waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.5)  # let every busy worker reach its next store call
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE application_name = %s AND wait_event_type = 'Lock'",
+                (application,),
+            ).fetchone()
+            waiting = row[0] if row else 0
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s",
+            (application,),
+        ).fetchone()
+        locker.rollback()
+    assert waiting >= 1, "no worker was inside a store call"
+    return row[0] if row else 0
+
+
+@pytest.fixture
+def dropping_fleet(
+    make_fleet: Callable[..., Fleet], postgres_table: tuple[str, str, str]
+) -> tuple[Fleet, Callable[[], int]]:
+    """Three PostgreSQL workers at work, their connections tagged so that they can be
+    told apart, and a function that drops all of them mid-transaction."""
+    dsn, schema, table = postgres_table
+    fleet = make_fleet(
+        sessions=10,
+        rounds=3,
+        store_args=["--postgres", f"{schema}.{table}"],
+        open_store=lambda: PostgresResultStore(dsn, schema=schema, table=table, pool_size=1),
+    )
+    separator = "&" if "?" in dsn else "?"
+    fleet.worker_env[fleet_worker.POSTGRES_DSN_ENV] = f"{dsn}{separator}application_name={schema}"
+    for _ in range(3):
+        fleet.start_worker()
+    fleet.wait_for_first_effect(time.monotonic() + 30)
+    return fleet, lambda: drop_connections_mid_transaction(dsn, f'"{schema}"."{table}"', schema)
+
+
+@pytest.mark.postgres
+def test_postgres_fleet_under_a_supervisor_survives_dropped_connections(
+    dropping_fleet: tuple[Fleet, Callable[[], int]],
+) -> None:
+    fleet, drop_connections = dropping_fleet
+
+    assert drop_connections() >= 1
+    fleet.wait_until_idle(time.monotonic() + 60, restart_crashed=True)
+
+    outcome = fleet.check_invariants()
+    assert outcome.calls == 10 * 3 * len(ROUND)
+    assert fleet.crashed, "no worker noticed the dropped connections"
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(
+    strict=True,
+    reason="runner: a StoreUnavailableError from one dropped connection ends serve() for "
+    "every Session of the worker instead of being retried",
+)
+def test_postgres_fleet_rides_out_dropped_connections_without_restarts(
+    dropping_fleet: tuple[Fleet, Callable[[], int]],
+) -> None:
+    fleet, drop_connections = dropping_fleet
+
+    assert drop_connections() >= 1
+    fleet.wait_until_idle(time.monotonic() + 30)
+
+    outcome = fleet.check_invariants()
+    assert outcome.calls == 10 * 3 * len(ROUND)
+    assert outcome.charges_in_doubt == 0, "a database blip must not put calls in doubt"
