@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,8 +11,24 @@ from openagentcore.local import LocalCore
 from ._support import ALL_COMBINATIONS, Flavour, Harness, RunnerKind
 
 
+@pytest.fixture(scope="session")
+def stopper() -> Iterator[Callable[[LocalCore], None]]:
+    """Stops LocalCores in the background: a stop waits ~0.1 s on uvicorn, which adds up
+    over a hundred tests. Every core is stopped before the session ends."""
+    threads: list[threading.Thread] = []
+
+    def stop(core: LocalCore) -> None:
+        thread = threading.Thread(target=core.stop, name="stop-local-core")
+        thread.start()
+        threads.append(thread)
+
+    yield stop
+    for thread in threads:
+        thread.join()
+
+
 @pytest.fixture
-def make_core() -> Iterator[Callable[..., LocalCore]]:
+def make_core(stopper: Callable[[LocalCore], None]) -> Iterator[Callable[..., LocalCore]]:
     """Start LocalCores with a scenario or faults; all are stopped after the test."""
     started: list[LocalCore] = []
 
@@ -23,7 +40,7 @@ def make_core() -> Iterator[Callable[..., LocalCore]]:
 
     yield make
     for core in started:
-        core.stop()
+        stopper(core)
 
 
 _RUNNER_NAMES = {"sync": "FunctionRunner", "async": "AsyncFunctionRunner"}
