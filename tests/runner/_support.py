@@ -65,8 +65,12 @@ class Harness:
     a fault really happened.
     """
 
-    def __init__(self, core: LocalCore, kind: RunnerKind, **options: Any) -> None:
+    def __init__(
+        self, core: LocalCore, kind: RunnerKind, *, api_key: str | None = None, **options: Any
+    ) -> None:
         self.core = core
+        #: The key the runner uses; the test's own client always has the right one.
+        self.runner_api_key = api_key or core.api_key
         self.kind = kind
         self.responses: list[tuple[str, str, int]] = []
         self.client = Client(api_key=core.api_key, base_url=core.base_url)
@@ -77,7 +81,9 @@ class Harness:
         if kind == "sync":
             http = httpx.Client(event_hooks={"response": [self._record]})
             self._stack.callback(http.close)
-            runner_client = Client(api_key=core.api_key, base_url=core.base_url, http_client=http)
+            runner_client = Client(
+                api_key=self.runner_api_key, base_url=core.base_url, http_client=http
+            )
             self._stack.callback(runner_client.close)
             self.runner = FunctionRunner(runner_client, **options)
             self._stack.callback(self.runner.close)
@@ -91,7 +97,7 @@ class Harness:
 
         http = httpx.AsyncClient(event_hooks={"response": [record]})
         runner_client = AsyncClient(
-            api_key=self.core.api_key, base_url=self.core.base_url, http_client=http
+            api_key=self.runner_api_key, base_url=self.core.base_url, http_client=http
         )
         runner = AsyncFunctionRunner(runner_client, **options)
 

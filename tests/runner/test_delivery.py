@@ -14,7 +14,7 @@ import pydantic
 import pytest
 
 from openagentcore.local import Faults, FunctionCall, LocalCore, Scenario, TurnScript
-from openagentcore.runner import AsyncFunctionRunner, ServeReport
+from openagentcore.runner import AsyncFunctionRunner, RunnerError, ServeReport
 from openagentcore.store import CallKey, CallState
 from openagentcore.types import InputCancelEvent, InputMessageEvent, ToolResultEvent
 
@@ -398,3 +398,23 @@ def test_serve_forever_follows_new_turns_until_stopped(
     (report,) = reports
     assert report.calls_run == 2
     assert sorted(pair for _, pair in log.runs) == [(1, 2), (3, 4)]
+
+
+def test_a_rejected_key_stops_serving_without_showing_the_key(
+    make_core: MakeCore, make_harness: MakeHarness
+) -> None:
+    wrong_key = "sk-wrong-0123456789abcdef"
+    harness = make_harness(make_core(scenario=one_turn(*ADDITIONS)), api_key=wrong_key)
+    register_add(harness, "def", CallLog())
+    session_id = harness.create_session()
+
+    started = time.monotonic()
+    with pytest.raises(RunnerError) as raised:
+        harness.serve(session_id)
+
+    assert time.monotonic() - started < 5
+    assert 401 in harness.statuses("GET", "/events")
+    assert wrong_key not in str(raised.value)
+    assert wrong_key not in repr(raised.value)
+    assert wrong_key not in repr(harness.runner)
+    assert wrong_key not in repr(harness.runner.client)
