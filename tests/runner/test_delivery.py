@@ -418,3 +418,46 @@ def test_a_rejected_key_stops_serving_without_showing_the_key(
     assert wrong_key not in repr(raised.value)
     assert wrong_key not in repr(harness.runner)
     assert wrong_key not in repr(harness.runner.client)
+
+
+def test_one_conflicting_result_does_not_sink_the_others_in_its_batch(
+    make_core: MakeCore, make_harness: MakeHarness
+) -> None:
+    orders = ["o1", "o2", "o3"]
+    step = [FunctionCall("charge", {"order": order}) for order in orders]
+    harness = make_harness(make_core(scenario=one_turn(step)))
+    together = threading.Barrier(len(orders), timeout=5)
+    session: dict[str, str] = {}
+
+    def charge(order: str) -> str:
+        """Charge an order; another worker answers o2 meanwhile."""
+        if order == "o2":
+            (pending,) = (
+                action
+                for action in harness.client.sessions.retrieve(session["id"]).pending_function_calls
+                if action.decoded_arguments() == {"order": "o2"}
+            )
+            other = ToolResultEvent(
+                turn_id=pending.turn_id, call_id=pending.call_id, success=True, output="elsewhere"
+            )
+            harness.client.sessions.events.create(session["id"], events=[other])
+        # Finish together, so the three results are likely posted as one batch.
+        together.wait()
+        return f"charged {order}"
+
+    harness.runner.function(charge)
+    session["id"] = harness.create_session()
+
+    report = harness.serve(session["id"])
+
+    outputs = {
+        applied.arguments["order"]: applied.output.output
+        for applied in applied_calls(harness.client, session["id"]).values()
+        if applied.output is not None
+    }
+    assert outputs == {"o1": "charged o1", "o2": "elsewhere", "o3": "charged o3"}
+    (conflict,) = report.conflicts
+    assert applied_calls(harness.client, session["id"])[conflict.call_id].arguments == {
+        "order": "o2"
+    }
+    assert report.results_submitted == 2
