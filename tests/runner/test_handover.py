@@ -9,11 +9,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from openagentcore.local import FunctionCall, LocalCore
-from openagentcore.runner import IN_DOUBT_ERROR, InDoubtCall, InDoubtDecision
+from openagentcore.runner import IN_DOUBT_ERROR, InDoubtCall, InDoubtDecision, ServeReport
 from openagentcore.store import CallKey, CallState, SQLiteResultStore, arguments_hash, new_owner_id
 
 from ._support import PAIRED, CallLog, Flavour, Harness, applied_calls, flavoured, one_turn
@@ -205,3 +206,48 @@ def test_two_runners_sharing_a_store_run_each_call_once(
     finally:
         for harness in harnesses:
             harness.close()
+
+
+def test_a_call_running_longer_than_its_lease_keeps_it_by_renewal(
+    make_core: MakeCore, tmp_path: Path
+) -> None:
+    core = make_core(scenario=one_turn([FunctionCall("slow", {"order": "o1"})]))
+    database = tmp_path / "calls.db"
+    log = CallLog()
+    running = threading.Event()
+
+    def slow(order: str) -> str:
+        """Run for several leases."""
+        log.enter("slow", order)
+        running.set()
+        time.sleep(2.5)
+        log.leave()
+        return f"done {order}"
+
+    lease: dict[str, Any] = {"lease_seconds": 1.0, "poll_interval": 0.05}
+    holder = Harness(core, "sync", store=SQLiteResultStore(database), **lease)
+    watcher = Harness(core, "async", store=SQLiteResultStore(database), **lease)
+    try:
+        holder.runner.function(slow)
+        watcher.runner.function(slow)
+        session_id = holder.create_session()
+        reports: dict[str, ServeReport] = {}
+        serving = threading.Thread(
+            target=lambda: reports.setdefault("holder", holder.serve(session_id))
+        )
+        serving.start()
+        assert running.wait(timeout=5)
+        # The watcher sees the call pending for the whole run, past several leases.
+        reports["watcher"] = watcher.serve(session_id)
+        serving.join(timeout=10)
+        applied = list(applied_calls(holder.client, session_id).values())
+    finally:
+        holder.close()
+        watcher.close()
+    assert log.runs == [("slow", "o1")]
+    assert reports["holder"].in_doubt == reports["watcher"].in_doubt == []
+    assert reports["holder"].calls_run == 1
+    assert reports["watcher"].calls_run == 0
+    ((output),) = [a.output for a in applied]
+    assert output is not None
+    assert output.output == "done o1"
