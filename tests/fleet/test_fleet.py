@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fleet_worker
 import pytest
 
 from openagentcore import Client
@@ -31,8 +32,6 @@ from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner import IN_DOUBT_ERROR
 from openagentcore.store import CallRecord, PostgresResultStore, ResultStore, SQLiteResultStore
 from openagentcore.types import FunctionCallItem, FunctionCallOutputItem
-
-from . import fleet_worker
 
 pytestmark = pytest.mark.slow
 
