@@ -7,7 +7,8 @@ commands read from stdin, one per line, with one JSON line each:
   seconds from the moment the server issued the ``function_call`` to the moment it
   admitted the result; both clocks are the server's, so every contender is measured
   with the same ruler.
-- ``stats``: events published so far and the server's CPU seconds.
+- ``stats``: events published so far, the server's CPU seconds, and how many result
+  submissions it refused with 409.
 
 Running it in another process keeps the client's RSS and CPU its own.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from openagentcore.local import Faults, FunctionCall, LocalCore, Scenario, TurnScript
-from openagentcore.local._engine import Engine
+from openagentcore.local._engine import ApiError, Engine
 from openagentcore.local._model import CallFunctions
 from openagentcore.local._store import TurnRecord
 
@@ -35,6 +36,7 @@ class _Recorder:
         self.issued: dict[str, float] = {}
         self.latencies: list[float] = []
         self.events = 0
+        self.conflicts = 0
 
     def install(self) -> None:
         issue_calls = Engine._issue_calls
@@ -54,7 +56,12 @@ class _Recorder:
             events: list[dict[str, Any]],
             idempotency_key: str | None,
         ) -> None:
-            submit_input(engine, session_id, events, idempotency_key)
+            try:
+                submit_input(engine, session_id, events, idempotency_key)
+            except ApiError as error:
+                if error.status == 409:
+                    recorder.conflicts += 1
+                raise
             admitted_at = time.perf_counter()
             for event in events:
                 issued_at = recorder.issued.pop(str(event.get("call_id")), None)
@@ -77,18 +84,43 @@ class _Recorder:
             return {"latencies": latencies}
         if command == "stats":
             times = os.times()
-            return {"events": self.events, "cpu_seconds": times.user + times.system}
+            return {
+                "events": self.events,
+                "cpu_seconds": times.user + times.system,
+                "conflicts": self.conflicts,
+            }
         return {"error": f"unknown command {command!r}"}
 
 
 def work_scenario(
-    turns: int, steps: int, calls_per_step: int, *, ready_turn: bool = True
+    turns: int,
+    steps: int,
+    calls_per_step: int,
+    *,
+    ready_turn: bool = True,
+    distinct_functions: bool = False,
 ) -> Scenario:
-    """``turns`` Turns of ``steps`` rounds of ``calls_per_step`` calls to ``work``, after
-    a first Turn that calls nothing (so the Session is idle, ready for any contender)
-    unless ``ready_turn`` is false."""
-    step = tuple(FunctionCall("work", {"n": n}) for n in range(calls_per_step))
-    work_turn = TurnScript(steps=(step,) * steps, answer="Finished.")
+    """``turns`` Turns of ``steps`` rounds of ``calls_per_step`` calls, after a first Turn
+    that calls nothing (so the Session is idle, ready for any contender) unless
+    ``ready_turn`` is false.
+
+    Calls go to ``work(n)``, or with ``distinct_functions`` to ``work_0``, ``work_1``, ...
+    (one name per call of a Turn) with arguments generated from the Session's declaration,
+    so a Session can make every call's arguments its own.
+    """
+
+    def call(index: int) -> FunctionCall:
+        if distinct_functions:
+            return FunctionCall(f"work_{index}")
+        return FunctionCall("work", {"n": index % calls_per_step})
+
+    work_turn = TurnScript(
+        steps=tuple(
+            tuple(call(step * calls_per_step + n) for n in range(calls_per_step))
+            for step in range(steps)
+        ),
+        answer="Finished.",
+    )
     first = [TurnScript(answer="Ready.")] if ready_turn else []
     return Scenario(turns=(*first, *([work_turn] * turns)))
 
@@ -151,6 +183,10 @@ class Emulator:
         """(events published, server CPU seconds) so far."""
         answer = self.ask("stats")
         return int(answer["events"]), float(answer["cpu_seconds"])
+
+    def conflicts(self) -> int:
+        """Result submissions the server refused with 409 so far."""
+        return int(self.ask("stats")["conflicts"])
 
     def close(self) -> None:
         if self._process.stdin is not None:
