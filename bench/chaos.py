@@ -1,6 +1,6 @@
 """Soak and chaos: SIGKILL a FunctionRunner at random instants while every fault is on.
 
-    python bench/chaos.py                      # 50 kills over 500 calls
+    python bench/chaos.py                      # 50 kills over 1,000 calls
     python bench/chaos.py --kills 10 --sessions 4 --seed 7
 
 Each call's function appends one line to a ledger file (its effect) before returning.
@@ -146,7 +146,7 @@ def run(
     calls_per_step: int,
     seed: int,
     effect_seconds: float = 0.01,
-    max_life: float = 0.5,
+    max_life: float = 0.3,
     durable: bool = True,
 ) -> ChaosReport:
     """Kill ``kills`` workers at random instants, let one finish, and audit the outcome.
@@ -265,11 +265,14 @@ def _audit(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=50, help="SIGKILLs before the last run")
-    parser.add_argument("--sessions", type=int, default=10, help="Sessions to serve")
+    parser.add_argument("--sessions", type=int, default=20, help="Sessions to serve")
     parser.add_argument("--calls-per-step", type=int, default=5, help=f"x {STEPS} steps")
     parser.add_argument("--seed", type=int, default=None, help="kill timing seed")
     parser.add_argument(
         "--effect-seconds", type=float, default=0.01, help="time each call takes after its effect"
+    )
+    parser.add_argument(
+        "--max-life", type=float, default=0.3, help="longest a worker serves before its kill"
     )
     parser.add_argument(
         "--no-store",
@@ -289,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         calls_per_step=args.calls_per_step,
         seed=seed,
         effect_seconds=args.effect_seconds,
+        max_life=args.max_life,
         durable=not args.no_store,
     )
     for name, value in asdict(report).items():
