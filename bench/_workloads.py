@@ -363,8 +363,6 @@ WORKLOADS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 def main() -> None:
     name, raw_args = sys.argv[1], json.loads(sys.argv[2])
-    if os.environ.get("BENCH_SWITCH"):
-        sys.setswitchinterval(float(os.environ["BENCH_SWITCH"]))
     result = WORKLOADS[name](raw_args)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     result["peak_rss_mb"] = usage.ru_maxrss / 1024
