@@ -9,7 +9,9 @@ like any other event.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any
@@ -49,6 +51,16 @@ def _decode(sse: httpx_sse.ServerSentEvent, response: httpx.Response) -> Session
     return parse_event(data)
 
 
+def _shutdown_socket(response: httpx.Response) -> None:
+    """Wake a thread blocked reading this response: closing alone does not interrupt a
+    read in progress on another thread, shutting the socket down does."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
 class EventStream:
     """A live iterator of :data:`~openagentcore.types.SessionEvent`; close it when done.
 
@@ -79,6 +91,8 @@ class EventStream:
             raise
 
     def close(self) -> None:
+        """Close the stream; safe to call from another thread to stop a blocked reader."""
+        _shutdown_socket(self.response)
         self.response.close()
 
     def __enter__(self) -> EventStream:
