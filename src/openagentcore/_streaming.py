@@ -51,6 +51,19 @@ def _decode(sse: httpx_sse.ServerSentEvent, response: httpx.Response) -> Session
     return parse_event(data)
 
 
+def _not_a_stream(response: httpx.Response) -> APIResponseValidationError:
+    """A 2xx answer that is not an event stream (httpx-sse reports it as a transport
+    error, which would wrongly blame the network)."""
+    request = response.request
+    content_type = response.headers.get("content-type", "no content type")
+    return APIResponseValidationError(
+        f"Expected an event stream from {request.method} {request.url.path}, got "
+        f"{content_type}; check that base_url points at the Agents API",
+        response=response,
+        body=None,
+    )
+
+
 def _shutdown_socket(response: httpx.Response) -> None:
     """Wake a thread blocked reading this response: closing alone does not interrupt a
     read in progress on another thread, shutting the socket down does."""
@@ -71,16 +84,22 @@ class EventStream:
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
         self._events = httpx_sse.EventSource(response).iter_sse()
+        self._closed = False
 
     def __iter__(self) -> Iterator[SessionEvent]:
         return self
 
     def __next__(self) -> SessionEvent:
+        if self._closed:
+            raise StopIteration
         try:
             sse = next(self._events)
         except StopIteration:
             self.close()
             raise
+        except httpx_sse.SSEError as exc:
+            self.close()
+            raise _not_a_stream(self.response) from exc
         except httpx.TransportError as exc:
             self.close()
             raise _transport_error(exc, self.response.request) from exc
@@ -92,6 +111,7 @@ class EventStream:
 
     def close(self) -> None:
         """Close the stream; safe to call from another thread to stop a blocked reader."""
+        self._closed = True
         _shutdown_socket(self.response)
         self.response.close()
 
@@ -113,16 +133,22 @@ class AsyncEventStream:
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
         self._events = httpx_sse.EventSource(response).aiter_sse()
+        self._closed = False
 
     def __aiter__(self) -> AsyncIterator[SessionEvent]:
         return self
 
     async def __anext__(self) -> SessionEvent:
+        if self._closed:
+            raise StopAsyncIteration
         try:
             sse = await self._events.__anext__()
         except StopAsyncIteration:
             await self.close()
             raise
+        except httpx_sse.SSEError as exc:
+            await self.close()
+            raise _not_a_stream(self.response) from exc
         except httpx.TransportError as exc:
             await self.close()
             raise _transport_error(exc, self.response.request) from exc
@@ -133,6 +159,7 @@ class AsyncEventStream:
             raise
 
     async def close(self) -> None:
+        self._closed = True
         await self.response.aclose()
 
     async def __aenter__(self) -> AsyncEventStream:

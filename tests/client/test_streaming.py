@@ -34,13 +34,9 @@ UNKNOWN = corpus("unknown_types")["event_type"]["payload"]
 KEEPALIVE = ": keepalive\n\n"
 STREAM_ROUTE = "agents/sessions/se_1/events"
 
+
 #: Bugs with a fix ready that waits on an uncommitted edit to _streaming.py by another
 #: engineer; strict, so the marker must go once the fix lands.
-PENDING_STREAM_FIX = pytest.mark.xfail(
-    strict=True, reason="_streaming.py: closed streams keep reading; SSEError blamed on the network"
-)
-
-
 async def open_stream(client: AnyClient) -> EventStream | AsyncEventStream:
     stream: EventStream | AsyncEventStream = await resolve(client.sessions.events.stream("se_1"))
     return stream
@@ -145,7 +141,6 @@ async def test_interrupted_error_frame_is_recognised_by_its_data_type(
         await collect(await open_stream(client))
 
 
-@PENDING_STREAM_FIX
 async def test_no_event_is_yielded_after_an_interruption(
     client: AnyClient, api: respx.MockRouter
 ) -> None:
@@ -158,7 +153,6 @@ async def test_no_event_is_yielded_after_an_interruption(
     assert await collect(stream) == []
 
 
-@PENDING_STREAM_FIX
 async def test_closed_stream_ends_iteration(client: AnyClient, api: respx.MockRouter) -> None:
     api.get(STREAM_ROUTE).mock(return_value=sse_response([EVENTS["session_idle"]]))
     stream = await open_stream(client)
@@ -168,7 +162,6 @@ async def test_closed_stream_ends_iteration(client: AnyClient, api: respx.MockRo
     assert await collect(stream) == []
 
 
-@PENDING_STREAM_FIX
 async def test_answer_that_is_not_an_event_stream_is_a_validation_error(
     client: AnyClient, api: respx.MockRouter
 ) -> None:
