@@ -10,6 +10,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import tenacity
+
 from ._base import Clock
 from ._exceptions import StoreClosedError, StoreSchemaError, StoreUnavailableError
 from ._records import CallKey, CallState
@@ -69,9 +71,19 @@ class SQLiteResultStore(SQLResultStore):
                 "Check that the directory exists and is writable."
             ) from exc
         self._connection: sqlite3.Connection | None = connection
+        # Switching a new file to WAL can answer "database is locked" at once, without
+        # waiting on busy_timeout, while another process creates the same store: retry.
+        opening = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_is_locked),
+            wait=tenacity.wait_random_exponential(multiplier=0.01, max=0.25),
+            stop=tenacity.stop_after_delay(busy_timeout),
+            reraise=True,
+        )
         try:
-            self._configure(connection)
-            self._migrate()
+            for attempt in opening:
+                with attempt:
+                    self._configure(connection)
+                    self._migrate()
         except sqlite3.OperationalError as exc:
             self.close()
             raise _unavailable(self._path, exc) from exc
@@ -168,3 +180,7 @@ def _unavailable(path: str, exc: sqlite3.OperationalError) -> StoreUnavailableEr
         f"the SQLite result store at {path!r} failed: {exc}. If it says 'database is "
         "locked', another process held the write lock longer than busy_timeout; retry."
     )
+
+
+def _is_locked(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and "locked" in str(error)
