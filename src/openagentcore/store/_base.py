@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from . import _rules
-from ._records import CallRecord, CallState
+from ._exceptions import UnknownCallError
+from ._records import CallKey, CallRecord, CallState, Claim
 
 __all__ = ["Clock", "StoreBase", "normalize_find_filters", "validate_older_than"]
 
@@ -20,13 +21,69 @@ _Store = TypeVar("_Store", bound="StoreBase")
 
 
 class StoreBase(abc.ABC):
-    """Clock, staleness and context-manager support for the concrete stores."""
+    """Clock, staleness, the state changes built on ``_update``, and context-manager
+    support; concrete stores supply storage (``claim``, ``_update``, reads, ``close``)."""
 
     def __init__(self, *, clock: Clock = time.time) -> None:
         self._clock = clock
 
     def is_stale(self, record: CallRecord, *, now: float | None = None) -> bool:
         return _rules.is_stale(record, now=self._clock() if now is None else now)
+
+    def take_over(
+        self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int
+    ) -> Claim:
+        record, changed = self._update(
+            key,
+            lambda current, now: _rules.take_over(
+                current,
+                owner=owner,
+                lease_seconds=lease_seconds,
+                expected_attempts=expected_attempts,
+                now=now,
+            ),
+        )
+        return Claim(won=changed, record=record)
+
+    def renew_lease(self, key: CallKey, *, owner: str, lease_seconds: float) -> bool:
+        _rules.validate_lease(lease_seconds)
+        try:
+            _, changed = self._update(
+                key,
+                lambda current, now: _rules.renew_lease(
+                    current, owner=owner, lease_seconds=lease_seconds, now=now
+                ),
+            )
+        except UnknownCallError:
+            return False
+        return changed
+
+    def save_result(
+        self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
+    ) -> CallRecord:
+        text = _rules.encode_result(result)
+        saved = _rules.decode_result(text)
+        assert saved is not None
+        record, _ = self._update(
+            key,
+            lambda current, now: _rules.save_result(current, saved, owner=owner, now=now),
+            result_text=text,
+        )
+        return record
+
+    def mark(self, key: CallKey, state: CallState) -> None:
+        self._update(key, lambda current, now: _rules.mark(current, state, now=now))
+
+    @abc.abstractmethod
+    def _update(
+        self,
+        key: CallKey,
+        decide: Callable[[CallRecord, float], CallRecord | None],
+        *,
+        result_text: str | None = None,
+    ) -> tuple[CallRecord, bool]:
+        """Atomically read ``key``'s record, let ``decide`` compute its next version
+        (``None``: no change) and store it; raise ``UnknownCallError`` if missing."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from . import _rules
 from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
@@ -56,50 +55,6 @@ class MemoryResultStore(StoreBase):
             )
             rows[key] = _rules.record_to_row(record, None)
             return Claim(won=True, record=record)
-
-    def take_over(
-        self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int
-    ) -> Claim:
-        record, changed = self._update(
-            key,
-            lambda current, now: _rules.take_over(
-                current,
-                owner=owner,
-                lease_seconds=lease_seconds,
-                expected_attempts=expected_attempts,
-                now=now,
-            ),
-        )
-        return Claim(won=changed, record=record)
-
-    def renew_lease(self, key: CallKey, *, owner: str, lease_seconds: float) -> bool:
-        _rules.validate_lease(lease_seconds)
-        try:
-            _, changed = self._update(
-                key,
-                lambda current, now: _rules.renew_lease(
-                    current, owner=owner, lease_seconds=lease_seconds, now=now
-                ),
-            )
-        except UnknownCallError:
-            return False
-        return changed
-
-    def save_result(
-        self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
-    ) -> CallRecord:
-        text = _rules.encode_result(result)
-        saved = _rules.decode_result(text)
-        assert saved is not None
-        record, _ = self._update(
-            key,
-            lambda current, now: _rules.save_result(current, saved, owner=owner, now=now),
-            result_text=text,
-        )
-        return record
-
-    def mark(self, key: CallKey, state: CallState) -> None:
-        self._update(key, lambda current, now: _rules.mark(current, state, now=now))
 
     def get(self, key: CallKey) -> CallRecord | None:
         with self._lock:

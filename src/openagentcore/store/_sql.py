@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol
 
@@ -144,50 +144,6 @@ class SQLResultStore(StoreBase):
                 existing = tx.query(self._get_sql, _key_params(key))
                 if existing:
                     return Claim(won=False, record=_rules.record_from_row(existing[0]))
-
-    def take_over(
-        self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int
-    ) -> Claim:
-        record, changed = self._update(
-            key,
-            lambda current, now: _rules.take_over(
-                current,
-                owner=owner,
-                lease_seconds=lease_seconds,
-                expected_attempts=expected_attempts,
-                now=now,
-            ),
-        )
-        return Claim(won=changed, record=record)
-
-    def renew_lease(self, key: CallKey, *, owner: str, lease_seconds: float) -> bool:
-        _rules.validate_lease(lease_seconds)
-        try:
-            _, changed = self._update(
-                key,
-                lambda current, now: _rules.renew_lease(
-                    current, owner=owner, lease_seconds=lease_seconds, now=now
-                ),
-            )
-        except UnknownCallError:
-            return False
-        return changed
-
-    def save_result(
-        self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
-    ) -> CallRecord:
-        text = _rules.encode_result(result)
-        saved = _rules.decode_result(text)
-        assert saved is not None
-        record, _ = self._update(
-            key,
-            lambda current, now: _rules.save_result(current, saved, owner=owner, now=now),
-            result_text=text,
-        )
-        return record
-
-    def mark(self, key: CallKey, state: CallState) -> None:
-        self._update(key, lambda current, now: _rules.mark(current, state, now=now))
 
     def get(self, key: CallKey) -> CallRecord | None:
         with self._reading() as tx:
