@@ -15,7 +15,6 @@ import functools
 import logging
 import signal
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -191,37 +190,33 @@ class AsyncFunctionRunner(RunnerBase):
         deadline: float | None,
     ) -> None:
         core = self._core
-        tick = core.lease_seconds / 3
-        last_renewal = time.monotonic()
         while True:
-            if until == "connected":
-                if reader.connected_once:
-                    return
-            elif core.done(state, until):
-                state.report.final_status = state.status
+            step = core.next_step(
+                state,
+                until,
+                connected=reader.connected_once,
+                stopping=self._stopping.is_set(),
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+            )
+            if step.finish:
                 return
-            if self._stopping.is_set() and not state.busy():
-                return
-            poll_in = core.poll_due(state, self.poll_interval)
-            if poll_in == 0:
+            if step.reconcile:
                 await self._reconcile(state, reader.messages)
                 continue
-            wait = min(tick, poll_in, core.next_delay(state) or tick)
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    raise TimeoutError(f"Session {state.session_id} was not settled in time")
-            await reader.messages.wait(wait)
+            await reader.messages.wait(step.wait)
             for message in reader.messages.drain():
                 await self._handle(state, message, reader.messages)
             await self._submit(state)
-            if time.monotonic() - last_renewal >= tick:
+            if core.leases_due(state):
                 await asyncio.to_thread(core.renew_leases, state)
-                last_renewal = time.monotonic()
 
     async def _handle(self, state: SessionState, message: Message, inbox: _Inbox) -> None:
         if isinstance(message, Received):
-            jobs = await asyncio.to_thread(self._core.on_event, state, message.event)
+            if self._core.touches_store(message.event):
+                jobs = await asyncio.to_thread(self._core.on_event, state, message.event)
+            else:
+                jobs = self._core.on_event(state, message.event)
             self._start(jobs, inbox)
         elif isinstance(message, Finished):
             await asyncio.to_thread(self._core.finished, state, message.key, message.event)
@@ -230,7 +225,7 @@ class AsyncFunctionRunner(RunnerBase):
         elif isinstance(message, Dropped):
             state.report.reconnects += 1
         elif isinstance(message, Lost):
-            self._core.crashed(state, message.key)
+            await asyncio.to_thread(self._core.crashed, state, message.key)
         elif isinstance(message, Fatal):
             raise _fatal(state.session_id, message.error)
 

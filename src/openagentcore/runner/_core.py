@@ -160,6 +160,15 @@ class Batch:
         return "oac-b-" + hashlib.sha256(joined.encode()).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The next move of a driver's loop (see :meth:`RunnerCore.next_step`)."""
+
+    finish: bool = False
+    reconcile: bool = False
+    wait: float = 0.0
+
+
 class SubmitOutcome(enum.Enum):
     RETRY_SOON = "retry_soon"
     RETRY_LATER = "retry_later"
@@ -191,6 +200,7 @@ class SessionState:
     #: call in doubt that only a runner knowing the function can resolve.
     not_mine: set[CallKey] = field(default_factory=set)
     last_read: float = 0.0
+    last_renewal: float = field(default_factory=time.monotonic)
 
     def busy(self) -> bool:
         return bool(self.in_flight or self.ready or self.delayed)
@@ -249,6 +259,16 @@ class RunnerCore:
             state.target_turn_status = event.turn.status
         return []
 
+    @staticmethod
+    def touches_store(event: SessionEvent) -> bool:
+        """Whether :meth:`on_event` may read or write the store for ``event``: most
+        events (text deltas, Turn progress) do not, and need no worker thread."""
+        if isinstance(event, SessionSnapshotEvent):
+            return True
+        return isinstance(event, (ItemAddedEvent, ItemDoneEvent)) and isinstance(
+            event.item, (FunctionCallItem, FunctionCallOutputItem)
+        )
+
     def on_session(self, state: SessionState, session: Session) -> list[Job]:
         """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
         state.status = session.status
@@ -279,6 +299,44 @@ class RunnerCore:
             # an Environment): serving longer would change nothing.
             return state.pending <= state.not_mine
         return state.status in _TERMINAL_STATUSES
+
+    def next_step(
+        self,
+        state: SessionState,
+        until: Literal["idle", "turn", "forever", "connected"],
+        *,
+        connected: bool,
+        stopping: bool,
+        poll_interval: float,
+        deadline: float | None,
+    ) -> Step:
+        """What a driver's loop does next: finish, re-read the Session, or wait."""
+        if until == "connected":
+            if connected:
+                return Step(finish=True)
+        elif self.done(state, until):
+            state.report.final_status = state.status
+            return Step(finish=True)
+        if stopping and not state.busy():
+            return Step(finish=True)
+        poll_in = self.poll_due(state, poll_interval)
+        if poll_in == 0:
+            return Step(reconcile=True)
+        tick = self.lease_seconds / 3
+        wait = min(tick, poll_in, self.next_delay(state) or tick)
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError(f"Session {state.session_id} was not settled in time")
+        return Step(wait=wait)
+
+    def leases_due(self, state: SessionState) -> bool:
+        """Whether a third of the lease has passed since this Session's last renewal."""
+        now = time.monotonic()
+        if now - state.last_renewal < self.lease_seconds / 3:
+            return False
+        state.last_renewal = now
+        return True
 
     def poll_due(self, state: SessionState, interval: float, now: float | None = None) -> float:
         """Seconds until the Session should be read again (0: now).

@@ -166,28 +166,22 @@ class FunctionRunner(RunnerBase):
         deadline: float | None,
     ) -> None:
         core = self._core
-        tick = core.lease_seconds / 3
-        last_renewal = time.monotonic()
         while True:
-            if until == "connected":
-                if reader.connected_once:
-                    return
-            elif core.done(state, until):
-                state.report.final_status = state.status
+            step = core.next_step(
+                state,
+                until,
+                connected=reader.connected_once,
+                stopping=self._stopping.is_set(),
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+            )
+            if step.finish:
                 return
-            if self._stopping.is_set() and not state.busy():
-                return
-            poll_in = core.poll_due(state, self.poll_interval)
-            if poll_in == 0:
+            if step.reconcile:
                 self._reconcile(state, reader.inbox)
                 continue
-            wait = min(tick, poll_in, core.next_delay(state) or tick)
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    raise TimeoutError(f"Session {state.session_id} was not settled in time")
             try:
-                message: Message | None = reader.inbox.get(timeout=wait)
+                message: Message | None = reader.inbox.get(timeout=step.wait)
             except queue.Empty:
                 message = None
             while message is not None:
@@ -197,9 +191,8 @@ class FunctionRunner(RunnerBase):
                 except queue.Empty:
                     message = None
             self._submit(state)
-            if time.monotonic() - last_renewal >= tick:
+            if core.leases_due(state):
                 core.renew_leases(state)
-                last_renewal = time.monotonic()
 
     def _handle(self, state: SessionState, message: Message, inbox: queue.Queue[Message]) -> None:
         if isinstance(message, Received):
