@@ -125,6 +125,7 @@ async def serve(session_ids: list[str], store: ResultStore, effects: Path) -> di
         "pid": os.getpid(),
         "calls_run": sum(report.calls_run for report in reports),
         "in_doubt": sum(len(report.in_doubt) for report in reports),
+        "store_errors": sum(report.store_errors for report in reports),
         "not_idle": [r.session_id for r in reports if r.final_status != "idle"],
     }
 

@@ -157,8 +157,10 @@ class AsyncFunctionRunner(RunnerBase):
                 await inbox.wait(self._core.next_delay(state))
                 for message in inbox.drain():
                     await self._handle(state, message, inbox)
-            elif state.delayed:
+            elif state.delayed or state.unsaved:
                 await asyncio.sleep(self._core.next_delay(state) or 0)
+            if self._core.housekeeping_due(state):
+                await asyncio.to_thread(self._core.housekeep, state)
         state.report.final_status = state.status
         return state.report
 
@@ -208,8 +210,8 @@ class AsyncFunctionRunner(RunnerBase):
             for message in reader.messages.drain():
                 await self._handle(state, message, reader.messages)
             await self._submit(state)
-            if core.leases_due(state):
-                await asyncio.to_thread(core.renew_leases, state)
+            if core.housekeeping_due(state):
+                await asyncio.to_thread(core.housekeep, state)
 
     async def _handle(self, state: SessionState, message: Message, inbox: _Inbox) -> None:
         if isinstance(message, Received):

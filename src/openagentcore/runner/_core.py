@@ -29,6 +29,7 @@ from ..store import (
     CallState,
     Claim,
     ResultStore,
+    StoreUnavailableError,
     arguments_hash,
 )
 from ..types import (
@@ -71,6 +72,10 @@ _DIFFERENT_RESULT = "already has a different result"
 _CANNOT_ACCEPT = "cannot accept this input"
 #: Remember this many non-function actions already reported, per Session.
 _REPORTED_ACTIONS_LIMIT = 1024
+#: While the store is unreachable, try it again after this many seconds, doubling up to
+#: the cap: a database restart takes seconds, and nothing is lost by waiting.
+STORE_RETRY_DELAY = 0.1
+STORE_RETRY_MAX_DELAY = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,9 +206,18 @@ class SessionState:
     not_mine: set[CallKey] = field(default_factory=set)
     last_read: float = 0.0
     last_renewal: float = field(default_factory=time.monotonic)
+    #: Results of calls that ran while the store was unreachable: (event, owner). They
+    #: are saved before they are posted, however long the outage lasts.
+    unsaved: dict[CallKey, tuple[dict[str, Any], str | None]] = field(default_factory=dict)
+    #: A pending call was skipped because the store was unreachable: read the Session
+    #: again once the store may be back.
+    recheck: bool = False
+    #: Consecutive store failures, and when to try the store again (monotonic).
+    store_failures: int = 0
+    store_retry_at: float = 0.0
 
     def busy(self) -> bool:
-        return bool(self.in_flight or self.ready or self.delayed)
+        return bool(self.in_flight or self.ready or self.delayed or self.unsaved)
 
 
 class RunnerCore:
@@ -246,7 +260,7 @@ class RunnerCore:
             if isinstance(item, FunctionCallOutputItem):
                 key = CallKey(state.session_id, item.turn_id, item.call_id)
                 state.sent.discard(key)
-                self._mark_applied(key)
+                self._mark_applied(state, key)
                 return []
             if isinstance(item, FunctionCallItem) and _is_complete_call(event, item):
                 turn_id = item.turn_id or event.turn_id
@@ -273,6 +287,7 @@ class RunnerCore:
         """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
         state.status = session.status
         state.last_read = time.monotonic()
+        state.recheck = False
         if session.status in _TERMINAL_STATUSES and not session.required_actions:
             state.sent.clear()  # nothing is pending: no announcement can repeat
         calls: list[PendingCall] = []
@@ -290,7 +305,7 @@ class RunnerCore:
             state.target_turn_status = status
 
     def done(self, state: SessionState, until: Literal["idle", "turn", "forever"]) -> bool:
-        if until == "forever" or state.busy():
+        if until == "forever" or state.busy() or state.recheck:
             return False
         if until == "turn":
             return state.target_turn_status in ("completed", "failed", "cancelled", "incomplete")
@@ -319,24 +334,43 @@ class RunnerCore:
             return Step(finish=True)
         if stopping and not state.busy():
             return Step(finish=True)
-        poll_in = self.poll_due(state, poll_interval)
+        now = time.monotonic()
+        poll_in = self.poll_due(state, poll_interval, now)
+        if state.recheck:
+            # A call was skipped while the store was down: read the Session when it may
+            # be back.
+            poll_in = min(poll_in, max(0.0, state.store_retry_at - now))
         if poll_in == 0:
             return Step(reconcile=True)
         tick = self.lease_seconds / 3
-        wait = min(tick, poll_in, self.next_delay(state) or tick)
+        delay = self.next_delay(state, now)
+        wait = min(tick, poll_in, tick if delay is None else delay)
         if deadline is not None:
-            wait = min(wait, deadline - time.monotonic())
-            if wait <= 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise TimeoutError(f"Session {state.session_id} was not settled in time")
+            wait = min(wait, left)
         return Step(wait=wait)
 
-    def leases_due(self, state: SessionState) -> bool:
-        """Whether a third of the lease has passed since this Session's last renewal."""
+    def housekeeping_due(self, state: SessionState) -> bool:
+        """Whether :meth:`housekeep` has work: a third of the lease has passed since the
+        last renewal, or results saved nowhere yet may be saved now."""
         now = time.monotonic()
-        if now - state.last_renewal < self.lease_seconds / 3:
-            return False
-        state.last_renewal = now
-        return True
+        return now - state.last_renewal >= self.lease_seconds / 3 or bool(
+            state.unsaved and now >= state.store_retry_at
+        )
+
+    def housekeep(self, state: SessionState) -> None:
+        """Renew this Session's leases when due, and save results the store refused."""
+        now = time.monotonic()
+        if now - state.last_renewal >= self.lease_seconds / 3:
+            state.last_renewal = now
+            self.renew_leases(state)
+        if state.unsaved and now >= state.store_retry_at:
+            for key, (event, owner) in list(state.unsaved.items()):
+                if not self._save(state, key, event, owner):
+                    return
+                del state.unsaved[key]
 
     def poll_due(self, state: SessionState, interval: float, now: float | None = None) -> float:
         """Seconds until the Session should be read again (0: now).
@@ -349,12 +383,63 @@ class RunnerCore:
         now = time.monotonic() if now is None else now
         return max(0.0, state.last_read + interval - now)
 
+    # -- the store going away ---------------------------------------------------------
+
+    def _store_failed(self, state: SessionState, doing: str, error: StoreUnavailableError) -> None:
+        """Back off before the next attempt; the caller keeps what it could not write."""
+        delay = min(STORE_RETRY_MAX_DELAY, STORE_RETRY_DELAY * 2**state.store_failures)
+        state.store_failures += 1
+        state.store_retry_at = time.monotonic() + delay
+        state.report.store_errors += 1
+        logger.warning(
+            "Result store unavailable while %s for Session %s; retrying in %.1f s: %s",
+            doing,
+            state.session_id,
+            delay,
+            error,
+        )
+
+    def _store_ok(self, state: SessionState) -> None:
+        state.store_failures = 0
+
+    def _save(
+        self, state: SessionState, key: CallKey, event: dict[str, Any], owner: str | None
+    ) -> bool:
+        """Save a result and queue it for posting; if the store is unreachable keep it in
+        ``state.unsaved`` (never post a result that is not saved). Returns whether saved."""
+        try:
+            # save_result keeps the first saved result: if another worker saved one
+            # first, that is the one to post.
+            record = self.store.save_result(key, event, owner=owner)
+        except StoreUnavailableError as exc:
+            state.unsaved[key] = (event, owner)
+            self._store_failed(state, f"saving the result of {key.call_id}", exc)
+            return False
+        self._store_ok(state)
+        state.ready.append(record)
+        return True
+
+    def _mark(self, state: SessionState, key: CallKey, to: CallState) -> None:
+        """Record progress that is only bookkeeping: if the store is unreachable the mark
+        is skipped, and the worst outcome is an identical resubmission later."""
+        try:
+            self.store.mark(key, to)
+        except StoreUnavailableError as exc:
+            self._store_failed(state, f"marking {key.call_id} {to.value}", exc)
+
     # -- deciding ---------------------------------------------------------------------
 
     def _consider(self, state: SessionState, calls: Iterable[PendingCall]) -> list[Job]:
         jobs = []
         for call in calls:
-            job = self._decide(state, call)
+            try:
+                job = self._decide(state, call)
+            except StoreUnavailableError as exc:
+                # The call stays pending on the server; decide it on a later read.
+                state.recheck = True
+                self._store_failed(state, f"deciding call {call.key.call_id}", exc)
+                continue
+            self._store_ok(state)
             if job is not None:
                 jobs.append(job)
         return jobs
@@ -363,6 +448,7 @@ class RunnerCore:
         report = state.report
         if (
             call.key in state.in_flight
+            or call.key in state.unsaved
             or any(record.key == call.key for record in state.ready)
             or any(record.key == call.key for _, record in state.delayed)
         ):
@@ -454,7 +540,7 @@ class RunnerCore:
             event = success_event(call.key, decision.value)
         else:
             event = failure_event(call.key, decision.error)
-        state.ready.append(self.store.save_result(call.key, event, owner=None))
+        self._save(state, call.key, event, owner=None)
         return None
 
     def _unknown_function(self, state: SessionState, call: PendingCall) -> Job | None:
@@ -485,10 +571,7 @@ class RunnerCore:
         claim = self._claim(call)
         if claim.won:
             error = f"No function named {call.name!r} is served here."
-            saved = self.store.save_result(
-                call.key, failure_event(call.key, error), owner=self.owner
-            )
-            state.ready.append(saved)
+            self._save(state, call.key, failure_event(call.key, error), self.owner)
         return None
 
     def _report_action(self, state: SessionState, action: RequiredAction) -> None:
@@ -575,14 +658,13 @@ class RunnerCore:
         state.report.calls_run += 1
         if event.get("success") is False:
             state.report.function_errors += 1
-        # save_result keeps the first saved result: if another worker saved one first,
-        # that is the one to post.
-        state.ready.append(self.store.save_result(key, event, owner=self.owner))
+        self._save(state, key, event, self.owner)
 
     def crashed(self, state: SessionState, key: CallKey) -> None:
-        """A job ended without a result (e.g. SystemExit): it may have had its effect."""
+        """A job ended without a result (e.g. SystemExit): it may have had its effect.
+        If the mark cannot be written, the claim's lease lapses and says the same."""
         self._end(state, key)
-        self.store.mark(key, CallState.IN_DOUBT)
+        self._mark(state, key, CallState.IN_DOUBT)
 
     def _claim(self, call: PendingCall) -> Claim:
         return self.store.claim(
@@ -608,8 +690,17 @@ class RunnerCore:
             return key in self._running
 
     def renew_leases(self, state: SessionState) -> None:
-        for key in list(state.in_flight):
-            if not self.store.renew_lease(key, owner=self.owner, lease_seconds=self.lease_seconds):
+        """Renew the claims of calls running here, and of results not saved yet: their
+        effect happened, so no other worker may take them over as in doubt."""
+        for key in [*state.in_flight, *state.unsaved]:
+            try:
+                renewed = self.store.renew_lease(
+                    key, owner=self.owner, lease_seconds=self.lease_seconds
+                )
+            except StoreUnavailableError as exc:
+                self._store_failed(state, "renewing leases", exc)
+                return
+            if not renewed:
                 logger.warning("Lost the lease on call %s; another worker may take it", key.call_id)
 
     # -- submitting --------------------------------------------------------------------
@@ -626,18 +717,22 @@ class RunnerCore:
         ]
 
     def next_delay(self, state: SessionState, now: float | None = None) -> float | None:
-        """Seconds until the next delayed result is due, if any."""
-        if not state.delayed:
+        """Seconds until the next delayed result is due or the store may be tried again
+        for an unsaved result, if any."""
+        due = [entry[0] for entry in state.delayed]
+        if state.unsaved:
+            due.append(state.store_retry_at)
+        if not due:
             return None
         now = time.monotonic() if now is None else now
-        return max(0.0, min(entry[0] for entry in state.delayed) - now)
+        return max(0.0, min(due) - now)
 
     def submitted(self, state: SessionState, batch: Batch, error: Exception | None) -> list[Batch]:
         """Record a submission's outcome; returns batches to send right away (splits)."""
         if error is None:
             for record in batch.records:
                 state.retries.pop(record.key, None)
-                self.store.mark(record.key, CallState.SUBMITTED)
+                self._mark(state, record.key, CallState.SUBMITTED)
             state.report.results_submitted += len(batch.records)
             return []
         outcome = _classify(error)
@@ -681,14 +776,18 @@ class RunnerCore:
         else:
             state.report.rejected.append(record.key)
             logger.warning("Result for call %s was rejected: %s", record.key.call_id, error)
-        self.store.mark(record.key, CallState.ABANDONED)
+        self._mark(state, record.key, CallState.ABANDONED)
 
-    def _mark_applied(self, key: CallKey) -> None:
+    def _mark_applied(self, state: SessionState, key: CallKey) -> None:
         """An output Item proves our result was applied only once the server accepted it
         (``SUBMITTED``); before that, the Item carries a result someone else sent."""
-        record = self.store.get(key)
+        try:
+            record = self.store.get(key)
+        except StoreUnavailableError as exc:
+            self._store_failed(state, f"reading {key.call_id}", exc)
+            return
         if record is not None and record.state is CallState.SUBMITTED:
-            self.store.mark(key, CallState.APPLIED)
+            self._mark(state, key, CallState.APPLIED)
 
 
 def _message(error: Exception) -> str:

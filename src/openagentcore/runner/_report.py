@@ -19,7 +19,8 @@ class ServeReport:
     ``duplicates_skipped`` notifications for calls already handled; ``in_doubt`` calls
     that had started without a saved result; ``conflicts`` calls whose saved result the
     server refused because it holds a different one; ``abandoned`` calls the Turn could
-    no longer accept; ``left_pending`` calls to functions this runner does not serve.
+    no longer accept; ``left_pending`` calls to functions this runner does not serve;
+    ``store_errors`` times the result store was unreachable (each retried later).
     """
 
     session_id: str
@@ -29,6 +30,7 @@ class ServeReport:
     results_resubmitted: int = 0
     duplicates_skipped: int = 0
     reconnects: int = 0
+    store_errors: int = 0
     in_doubt: list[CallKey] = field(default_factory=list)
     conflicts: list[CallKey] = field(default_factory=list)
     abandoned: list[CallKey] = field(default_factory=list)

@@ -132,8 +132,10 @@ class FunctionRunner(RunnerBase):
                     message = inbox.get(timeout=self._core.next_delay(state))
                 if message is not None:
                     self._handle(state, message, inbox)
-            elif state.delayed:
+            elif state.delayed or state.unsaved:
                 time.sleep(self._core.next_delay(state) or 0)
+            if self._core.housekeeping_due(state):
+                self._core.housekeep(state)
         state.report.final_status = state.status
         return state.report
 
@@ -191,8 +193,8 @@ class FunctionRunner(RunnerBase):
                 except queue.Empty:
                     message = None
             self._submit(state)
-            if core.leases_due(state):
-                core.renew_leases(state)
+            if core.housekeeping_due(state):
+                core.housekeep(state)
 
     def _handle(self, state: SessionState, message: Message, inbox: queue.Queue[Message]) -> None:
         if isinstance(message, Received):
