@@ -13,7 +13,8 @@ Kill windows, each at the first call of ``FUNCTION`` that reaches it:
 - ``claim``: before the call is claimed in the store (nothing recorded yet);
 - ``effect``: inside the function, right after its effect (started, no result saved);
 - ``saved``: right after its result is saved (completed, not yet posted);
-- ``submitted``: right after it is marked submitted (the server has the result).
+- ``submitted``: right after the server accepted its result (202), before the runner
+  writes that down (progress marks are written in batches).
 
 Before killing itself it writes what it hit to ``WORKDIR/victim.json``. ``--kill-after``
 kills at a random instant instead. A run that ends normally prints its ServeReport as
@@ -38,10 +39,10 @@ from typing import Any
 from openagentcore import AsyncClient, Client
 from openagentcore.runner import AsyncFunctionRunner, FunctionRunner, ServeReport
 from openagentcore.runner._base import RunnerBase
+from openagentcore.runner._core import Batch, SessionState
 from openagentcore.store import (
     CallKey,
     CallRecord,
-    CallState,
     Claim,
     MemoryResultStore,
     ResultStore,
@@ -75,10 +76,6 @@ class KillingStore:
         self.inner = inner
         self.killer = killer
 
-    def _function(self, key: CallKey) -> str:
-        record = self.inner.get(key)
-        return record.function_name if record is not None else ""
-
     def claim(
         self,
         key: CallKey,
@@ -103,11 +100,6 @@ class KillingStore:
         record = self.inner.save_result(key, result, owner=owner)
         self.killer.reached("saved", record.function_name, call_id=key.call_id)
         return record
-
-    def mark(self, key: CallKey, state: CallState) -> None:
-        self.inner.mark(key, state)
-        if state is CallState.SUBMITTED:
-            self.killer.reached("submitted", self._function(key), call_id=key.call_id)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -137,6 +129,22 @@ def register(runner: RunnerBase, effects: Path, killer: Killer | None) -> None:
         return effect("reserve", order)
 
 
+def kill_after_acceptance(runner: RunnerBase, killer: Killer) -> None:
+    """Let the killer strike when the server has accepted a result: the store cannot
+    see that moment, since the runner writes progress marks later, in batches."""
+    core = runner._core
+    submitted = core.submitted
+
+    def watched(state: SessionState, batch: Batch, error: Exception | None) -> list[Batch]:
+        retries = submitted(state, batch, error)
+        if error is None:
+            for record in batch.records:
+                killer.reached("submitted", record.function_name, call_id=record.key.call_id)
+        return retries
+
+    core.submitted = watched  # type: ignore[method-assign]
+
+
 def tools() -> list[dict[str, Any]]:
     """The declarations a test puts on the Session the workers serve."""
     client = Client(api_key="unused", base_url="http://127.0.0.1:9/v1")
@@ -159,6 +167,7 @@ def _report_json(report: ServeReport) -> str:
 def _serve_sync(session_id: str, store: ResultStore, effects: Path, killer: Killer) -> ServeReport:
     with Client() as client, FunctionRunner(client, store=store) as runner:
         register(runner, effects, killer)
+        kill_after_acceptance(runner, killer)
         return runner.serve(session_id, timeout=30)
 
 
@@ -167,6 +176,7 @@ async def _serve_async(
 ) -> ServeReport:
     async with AsyncClient() as client, AsyncFunctionRunner(client, store=store) as runner:
         register(runner, effects, killer)
+        kill_after_acceptance(runner, killer)
         return await runner.serve(session_id, timeout=30)
 
 

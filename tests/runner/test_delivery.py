@@ -95,6 +95,21 @@ def test_every_call_runs_once_and_is_applied_despite_faults(
     shows_the_fault(harness, report)
 
 
+def test_serve_leaves_every_record_applied_when_it_returns(
+    make_core: MakeCore, make_harness: MakeHarness
+) -> None:
+    harness = make_harness(make_core(scenario=one_turn(*ADDITIONS)))
+    register_add(harness, "def", CallLog())
+    session_id = harness.create_session()
+
+    harness.serve(session_id)
+
+    records = harness.runner.store.find(session_id=session_id)
+    assert len(records) == 5
+    # Progress marks are written in batches; the last batch goes out before serve returns.
+    assert {record.state for record in records} == {CallState.APPLIED}
+
+
 def test_result_for_a_cancelled_turn_is_abandoned(
     make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
 ) -> None:

@@ -309,6 +309,38 @@ def test_mark_refuses_states_owned_by_other_methods(store: ResultStore, target: 
         store.mark(KEY, target)
 
 
+def test_mark_many_applies_each_mark_by_the_same_rules_and_skips_unknown_calls(
+    store: ResultStore,
+) -> None:
+    keys = [CallKey("sess_1", "turn_1", f"call_{n}") for n in range(4)]
+    for key in keys:
+        claim(store, key=key)
+    for key in keys[:3]:
+        store.save_result(key, {"type": "x", "call_id": key.call_id}, owner=None)
+    store.mark(keys[2], CallState.APPLIED)
+    unknown = CallKey("sess_1", "turn_1", "never_claimed")
+
+    store.mark_many(
+        [
+            (keys[0], CallState.SUBMITTED),
+            (unknown, CallState.APPLIED),
+            (keys[1], CallState.APPLIED),
+            (keys[2], CallState.SUBMITTED),  # backwards: ignored
+            (keys[3], CallState.IN_DOUBT),
+        ]
+    )
+
+    states = [store.get(key).state for key in keys]  # type: ignore[union-attr]
+    assert states == [
+        CallState.SUBMITTED,
+        CallState.APPLIED,
+        CallState.APPLIED,
+        CallState.IN_DOUBT,
+    ]
+    assert store.get(unknown) is None
+    store.mark_many([])
+
+
 # -- leases, staleness, take-over -------------------------------------------------------
 
 

@@ -161,6 +161,8 @@ class AsyncFunctionRunner(RunnerBase):
                 await asyncio.sleep(self._core.next_delay(state) or 0)
             if self._core.housekeeping_due(state):
                 await asyncio.to_thread(self._core.housekeep, state)
+        if state.marks:
+            await asyncio.to_thread(self._core.flush_marks, state)
         state.report.final_status = state.status
         return state.report
 
@@ -202,6 +204,8 @@ class AsyncFunctionRunner(RunnerBase):
                 deadline=deadline,
             )
             if step.finish:
+                if state.marks:
+                    await asyncio.to_thread(core.flush_marks, state)
                 return
             if step.reconcile:
                 await self._reconcile(state, reader.messages)
@@ -215,7 +219,7 @@ class AsyncFunctionRunner(RunnerBase):
 
     async def _handle(self, state: SessionState, message: Message, inbox: _Inbox) -> None:
         if isinstance(message, Received):
-            if self._core.touches_store(message.event):
+            if self._core.touches_store(state, message.event):
                 jobs = await asyncio.to_thread(self._core.on_event, state, message.event)
             else:
                 jobs = self._core.on_event(state, message.event)
@@ -281,7 +285,7 @@ class AsyncFunctionRunner(RunnerBase):
                 raise _fatal(state.session_id, exc) from exc
             except OpenAgentCoreError as exc:
                 error = exc
-            batches.extend(await asyncio.to_thread(self._core.submitted, state, batch, error))
+            batches.extend(self._core.submitted(state, batch, error))
 
     @contextlib.contextmanager
     def _signals(self, install: bool) -> Any:

@@ -72,6 +72,10 @@ _DIFFERENT_RESULT = "already has a different result"
 _CANNOT_ACCEPT = "cannot accept this input"
 #: Remember this many non-function actions already reported, per Session.
 _REPORTED_ACTIONS_LIMIT = 1024
+#: Progress marks are written when this many are queued, or this many seconds after the
+#: oldest, or when serving ends.
+MARK_BATCH = 64
+MARK_DELAY = 0.5
 #: While the store is unreachable, try it again after this many seconds, doubling up to
 #: the cap: a database restart takes seconds, and nothing is lost by waiting.
 STORE_RETRY_DELAY = 0.1
@@ -196,9 +200,15 @@ class SessionState:
     target_turn: str | None = None
     target_turn_status: str | None = None
     reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    #: Calls whose result this serve has queued or sent and not yet seen applied: a
-    #: repeated announcement of one of them is a duplicate, not a reason to send again.
-    sent: set[CallKey] = field(default_factory=set)
+    #: Calls whose result the server accepted (202) in this serve and that were not yet
+    #: seen applied: a repeated announcement of one is a duplicate, not a reason to send
+    #: again.
+    accepted: set[CallKey] = field(default_factory=set)
+    #: Progress marks not written yet (submitted, applied, abandoned), and when the
+    #: oldest was queued. They are bookkeeping, so they are written in batches, off the
+    #: path between a call and its result (:meth:`RunnerCore.housekeep`).
+    marks: dict[CallKey, CallState] = field(default_factory=dict)
+    marks_since: float = 0.0
     #: Function calls the latest Session read lists as pending.
     pending: set[CallKey] = field(default_factory=set)
     #: Pending calls this runner leaves to others: functions it does not serve, or a
@@ -259,8 +269,11 @@ class RunnerCore:
             item = event.item
             if isinstance(item, FunctionCallOutputItem):
                 key = CallKey(state.session_id, item.turn_id, item.call_id)
-                state.sent.discard(key)
-                self._mark_applied(state, key)
+                if key in state.accepted:
+                    state.accepted.discard(key)
+                    self._queue_mark(state, key, CallState.APPLIED)
+                else:
+                    self._mark_applied(state, key)
                 return []
             if isinstance(item, FunctionCallItem) and _is_complete_call(event, item):
                 turn_id = item.turn_id or event.turn_id
@@ -274,14 +287,18 @@ class RunnerCore:
         return []
 
     @staticmethod
-    def touches_store(event: SessionEvent) -> bool:
+    def touches_store(state: SessionState, event: SessionEvent) -> bool:
         """Whether :meth:`on_event` may read or write the store for ``event``: most
-        events (text deltas, Turn progress) do not, and need no worker thread."""
+        events (text deltas, Turn progress, our own results applied) do not, and need
+        no worker thread."""
         if isinstance(event, SessionSnapshotEvent):
             return True
-        return isinstance(event, (ItemAddedEvent, ItemDoneEvent)) and isinstance(
-            event.item, (FunctionCallItem, FunctionCallOutputItem)
-        )
+        if not isinstance(event, (ItemAddedEvent, ItemDoneEvent)):
+            return False
+        item = event.item
+        if isinstance(item, FunctionCallOutputItem):
+            return CallKey(state.session_id, item.turn_id, item.call_id) not in state.accepted
+        return isinstance(item, FunctionCallItem)
 
     def on_session(self, state: SessionState, session: Session) -> list[Job]:
         """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
@@ -289,7 +306,7 @@ class RunnerCore:
         state.last_read = time.monotonic()
         state.recheck = False
         if session.status in _TERMINAL_STATUSES and not session.required_actions:
-            state.sent.clear()  # nothing is pending: no announcement can repeat
+            state.accepted.clear()  # nothing is pending: no announcement can repeat
         calls: list[PendingCall] = []
         for action in session.required_actions:
             if isinstance(action, FunctionCallAction):
@@ -345,6 +362,8 @@ class RunnerCore:
         tick = self.lease_seconds / 3
         delay = self.next_delay(state, now)
         wait = min(tick, poll_in, tick if delay is None else delay)
+        if state.marks:
+            wait = min(wait, max(0.0, state.marks_since + MARK_DELAY - now))
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -354,14 +373,18 @@ class RunnerCore:
 
     def housekeeping_due(self, state: SessionState) -> bool:
         """Whether :meth:`housekeep` has work: a third of the lease has passed since the
-        last renewal, or results saved nowhere yet may be saved now."""
+        last renewal, results the store refused may be saved now, or progress marks
+        are due."""
         now = time.monotonic()
-        return now - state.last_renewal >= self.lease_seconds / 3 or bool(
-            state.unsaved and now >= state.store_retry_at
+        return (
+            now - state.last_renewal >= self.lease_seconds / 3
+            or bool(state.unsaved and now >= state.store_retry_at)
+            or self._marks_due(state, now)
         )
 
     def housekeep(self, state: SessionState) -> None:
-        """Renew this Session's leases when due, and save results the store refused."""
+        """Renew this Session's leases when due, save results the store refused, and
+        write due progress marks."""
         now = time.monotonic()
         if now - state.last_renewal >= self.lease_seconds / 3:
             state.last_renewal = now
@@ -369,8 +392,10 @@ class RunnerCore:
         if state.unsaved and now >= state.store_retry_at:
             for key, (event, owner) in list(state.unsaved.items()):
                 if not self._save(state, key, event, owner):
-                    return
+                    break
                 del state.unsaved[key]
+        if self._marks_due(state, now):
+            self.flush_marks(state)
 
     def poll_due(self, state: SessionState, interval: float, now: float | None = None) -> float:
         """Seconds until the Session should be read again (0: now).
@@ -418,6 +443,28 @@ class RunnerCore:
         self._store_ok(state)
         state.ready.append(record)
         return True
+
+    def _queue_mark(self, state: SessionState, key: CallKey, to: CallState) -> None:
+        if not state.marks:
+            state.marks_since = time.monotonic()
+        state.marks[key] = to  # a later mark (applied) supersedes an earlier one
+
+    def _marks_due(self, state: SessionState, now: float) -> bool:
+        return bool(state.marks) and (
+            len(state.marks) >= MARK_BATCH or now - state.marks_since >= MARK_DELAY
+        )
+
+    def flush_marks(self, state: SessionState) -> None:
+        """Write the queued progress marks in one transaction; if the store is
+        unreachable they stay queued."""
+        if not state.marks:
+            return
+        try:
+            self.store.mark_many(list(state.marks.items()))
+        except StoreUnavailableError as exc:
+            self._store_failed(state, "writing progress marks", exc)
+            return
+        state.marks.clear()
 
     def _mark(self, state: SessionState, key: CallKey, to: CallState) -> None:
         """Record progress that is only bookkeeping: if the store is unreachable the mark
@@ -493,11 +540,10 @@ class RunnerCore:
 
     def _resubmit(self, state: SessionState, call: PendingCall, record: CallRecord) -> None:
         """Send a saved result again instead of running the function again."""
-        if record.state is CallState.SUBMITTED and call.key in state.sent:
-            state.report.duplicates_skipped += 1  # already sent by this serve; wait for it
+        if call.key in state.accepted:
+            state.report.duplicates_skipped += 1  # accepted in this serve; wait for it
             return
         state.ready.append(record)
-        state.sent.add(call.key)
         state.report.results_resubmitted += 1
 
     def _in_doubt(
@@ -654,7 +700,6 @@ class RunnerCore:
     def finished(self, state: SessionState, key: CallKey, event: dict[str, Any]) -> None:
         """Save a finished call's result; it is posted with the next batch."""
         self._end(state, key)
-        state.sent.add(key)
         state.report.calls_run += 1
         if event.get("success") is False:
             state.report.function_errors += 1
@@ -728,11 +773,14 @@ class RunnerCore:
         return max(0.0, min(due) - now)
 
     def submitted(self, state: SessionState, batch: Batch, error: Exception | None) -> list[Batch]:
-        """Record a submission's outcome; returns batches to send right away (splits)."""
+        """Record a submission's outcome; returns batches to send right away (splits).
+
+        Never touches the store: the marks it makes are queued (see ``flush_marks``)."""
         if error is None:
             for record in batch.records:
                 state.retries.pop(record.key, None)
-                self._mark(state, record.key, CallState.SUBMITTED)
+                state.accepted.add(record.key)
+                self._queue_mark(state, record.key, CallState.SUBMITTED)
             state.report.results_submitted += len(batch.records)
             return []
         outcome = _classify(error)
@@ -776,7 +824,7 @@ class RunnerCore:
         else:
             state.report.rejected.append(record.key)
             logger.warning("Result for call %s was rejected: %s", record.key.call_id, error)
-        self._mark(state, record.key, CallState.ABANDONED)
+        self._queue_mark(state, record.key, CallState.ABANDONED)
 
     def _mark_applied(self, state: SessionState, key: CallKey) -> None:
         """An output Item proves our result was applied only once the server accepted it

@@ -136,6 +136,7 @@ class FunctionRunner(RunnerBase):
                 time.sleep(self._core.next_delay(state) or 0)
             if self._core.housekeeping_due(state):
                 self._core.housekeep(state)
+        self._core.flush_marks(state)
         state.report.final_status = state.status
         return state.report
 
@@ -178,6 +179,7 @@ class FunctionRunner(RunnerBase):
                 deadline=deadline,
             )
             if step.finish:
+                core.flush_marks(state)
                 return
             if step.reconcile:
                 self._reconcile(state, reader.inbox)

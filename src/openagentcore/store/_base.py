@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
@@ -73,6 +74,11 @@ class StoreBase(abc.ABC):
 
     def mark(self, key: CallKey, state: CallState) -> None:
         self._update(key, lambda current, now: _rules.mark(current, state, now=now))
+
+    def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
+        for key, state in changes:
+            with contextlib.suppress(UnknownCallError):
+                self.mark(key, state)
 
     @abc.abstractmethod
     def _update(

@@ -76,6 +76,12 @@ class ResultStore(Protocol):
         """
         ...
 
+    def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
+        """Apply several :meth:`mark` changes at once (in one transaction where the
+        store has them). Calls without a record are skipped: progress marks are
+        bookkeeping, written in batches after the fact."""
+        ...
+
     def get(self, key: CallKey) -> CallRecord | None: ...
 
     def find(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -61,6 +63,10 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 _KEY_MATCH = "session_id = ? AND turn_id = ? AND call_id = ?"
 _ORDER = "ORDER BY created_at, session_id, turn_id, call_id"
+
+
+def _mark_to(state: CallState, current: CallRecord, now: float) -> CallRecord | None:
+    return _rules.mark(current, state, now=now)
 
 
 def _key_params(key: CallKey) -> tuple[str, str, str]:
@@ -186,6 +192,16 @@ class SQLResultStore(StoreBase):
         with self._transaction() as tx:
             return tx.execute(self._prune_sql, [*settled, self._clock() - older_than])
 
+    def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
+        # Sorted, so two workers marking overlapping calls lock rows in the same order.
+        ordered = sorted(changes, key=lambda change: _key_params(change[0]))
+        if not ordered:
+            return
+        with self._transaction() as tx:
+            for key, state in ordered:
+                with contextlib.suppress(UnknownCallError):
+                    self._update_in(tx, key, functools.partial(_mark_to, state))
+
     def _update(
         self,
         key: CallKey,
@@ -193,25 +209,34 @@ class SQLResultStore(StoreBase):
         *,
         result_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
-        """Read the row under a lock, let ``decide`` compute its next version, write it."""
         with self._transaction() as tx:
-            rows = tx.query(self._get_for_update_sql, _key_params(key))
-            if not rows:
-                raise UnknownCallError(f"no record of {key!r}; claim the call first")
-            current = _rules.record_from_row(rows[0])
-            updated = decide(current, self._clock())
-            if updated is None:
-                return current, False
-            tx.execute(
-                self._update_sql,
-                (
-                    updated.state.value,
-                    updated.attempts,
-                    updated.owner,
-                    updated.lease_expires_at,
-                    updated.updated_at,
-                    result_text,
-                    *_key_params(key),
-                ),
-            )
+            return self._update_in(tx, key, decide, result_text)
+
+    def _update_in(
+        self,
+        tx: Transaction,
+        key: CallKey,
+        decide: Callable[[CallRecord, float], CallRecord | None],
+        result_text: str | None = None,
+    ) -> tuple[CallRecord, bool]:
+        """Read the row under a lock, let ``decide`` compute its next version, write it."""
+        rows = tx.query(self._get_for_update_sql, _key_params(key))
+        if not rows:
+            raise UnknownCallError(f"no record of {key!r}; claim the call first")
+        current = _rules.record_from_row(rows[0])
+        updated = decide(current, self._clock())
+        if updated is None:
+            return current, False
+        tx.execute(
+            self._update_sql,
+            (
+                updated.state.value,
+                updated.attempts,
+                updated.owner,
+                updated.lease_expires_at,
+                updated.updated_at,
+                result_text,
+                *_key_params(key),
+            ),
+        )
         return updated, True

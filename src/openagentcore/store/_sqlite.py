@@ -6,7 +6,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -132,14 +132,23 @@ class SQLiteResultStore(SQLResultStore):
                 tx.execute(f"PRAGMA user_version = {latest:d}")
 
     def mark(self, key: CallKey, state: CallState) -> None:
-        # Each synced commit costs a disk flush, and a runner marks every call twice
-        # (submitted, applied) on the path between results: skipping the flush here
-        # halves the flushes per call. The next synced commit flushes these marks too.
+        with self._unsynced():
+            super().mark(key, state)
+
+    def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
+        with self._unsynced():
+            super().mark_many(changes)
+
+    @contextmanager
+    def _unsynced(self) -> Iterator[None]:
+        """Commit progress marks without waiting for the disk: they are bookkeeping (a
+        lost one costs an identical resubmission), and the next synced commit flushes
+        them too."""
         with self._lock:
             connection = self._open_connection()
             connection.execute("PRAGMA synchronous=NORMAL")
             try:
-                super().mark(key, state)
+                yield
             finally:
                 connection.execute("PRAGMA synchronous=FULL")
 
