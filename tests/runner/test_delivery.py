@@ -308,6 +308,32 @@ def test_run_turn_serves_only_the_turn_it_starts(
     assert_each_addition_ran_once(harness, session_id, log)
 
 
+@pytest.mark.parametrize("close_stream_after", [None, 4], ids=["steady-stream", "dropping-stream"])
+def test_run_turn_answers_with_the_turns_final_message(
+    make_core: MakeCore, make_harness: MakeHarness, close_stream_after: int | None
+) -> None:
+    """The answer comes from the stream, or from the Session's Items if the stream
+    dropped while the Turn ran, and is the same either way."""
+    scenario = Scenario(
+        turns=[
+            TurnScript(answer="first answer"),
+            TurnScript(steps=ADDITIONS[:1], answer="second: {summary}"),
+        ]
+    )
+    harness = make_harness(
+        make_core(scenario=scenario, faults=Faults(close_stream_after=close_stream_after))
+    )
+    register_add(harness, "def", CallLog())
+    session_id = harness.create_session()
+    harness.serve(session_id)
+
+    result = harness.run_turn(session_id, "again")
+
+    assert result.status == "completed"
+    assert result.text == "second: Results: add: 3; add: 7."
+    assert (result.report.reconnects > 0) == (close_stream_after is not None)
+
+
 def test_one_async_runner_serves_several_sessions_at_once(
     make_core: MakeCore, flavour: Flavour
 ) -> None:

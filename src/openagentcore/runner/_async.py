@@ -127,6 +127,7 @@ class AsyncFunctionRunner(RunnerBase):
         deadline = _deadline(timeout)
         async with self._reader(session_id) as reader:
             await self._loop(state, reader, "connected", deadline)
+            drops = state.report.reconnects
             await self.client.sessions.events.create(session_id, events=[input_event(input)])
             latest = await self.client.sessions.turns.list(session_id, order="desc", limit=1)
             if not latest.data:
@@ -135,7 +136,12 @@ class AsyncFunctionRunner(RunnerBase):
             state.target_turn_status = latest.data[0].status
             await self._loop(state, reader, "turn", deadline)
         assert state.target_turn is not None
-        items = [item async for item in self.client.sessions.items.list(session_id, order="asc")]
+        items: Sequence[object] = state.turn_messages
+        if state.report.reconnects != drops:
+            # The stream dropped while the Turn ran: some of its messages may be missing.
+            items = [
+                item async for item in self.client.sessions.items.list(session_id, order="asc")
+            ]
         text = final_text(items, state.target_turn)
         return TurnResult(
             session_id=session_id,

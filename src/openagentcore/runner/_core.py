@@ -38,6 +38,7 @@ from ..types import (
     FunctionCallOutputItem,
     ItemAddedEvent,
     ItemDoneEvent,
+    MessageItem,
     RequiredAction,
     Session,
     SessionEvent,
@@ -199,6 +200,9 @@ class SessionState:
     #: The Turn ``run_turn`` waits for, and whether it has ended.
     target_turn: str | None = None
     target_turn_status: str | None = None
+    #: Its finished messages as the stream delivered them; complete only if the stream
+    #: did not drop while the Turn ran (``reconnects`` unchanged).
+    turn_messages: list[MessageItem] = field(default_factory=list)
     reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
     #: Calls whose result the server accepted (202) in this serve and that were not yet
     #: seen applied: a repeated announcement of one is a duplicate, not a reason to send
@@ -274,6 +278,14 @@ class RunnerCore:
                     self._queue_mark(state, key, CallState.APPLIED)
                 else:
                     self._mark_applied(state, key)
+                return []
+            if (
+                isinstance(item, MessageItem)
+                and isinstance(event, ItemDoneEvent)
+                and item.turn_id is not None
+                and item.turn_id == state.target_turn
+            ):
+                state.turn_messages.append(item)
                 return []
             if isinstance(item, FunctionCallItem) and _is_complete_call(event, item):
                 turn_id = item.turn_id or event.turn_id

@@ -98,6 +98,7 @@ class FunctionRunner(RunnerBase):
         deadline = _deadline(timeout)
         with _Reader(self, session_id) as reader:
             self._loop(state, reader, "connected", deadline)
+            drops = state.report.reconnects
             self.client.sessions.events.create(session_id, events=[input_event(input)])
             # The Turn is created in the same transaction that admits the input.
             latest = self.client.sessions.turns.list(session_id, order="desc", limit=1)
@@ -107,7 +108,10 @@ class FunctionRunner(RunnerBase):
             state.target_turn_status = latest.data[0].status
             self._loop(state, reader, "turn", deadline)
         assert state.target_turn is not None
-        items = list(self.client.sessions.items.list(session_id, order="asc"))
+        items: Sequence[object] = state.turn_messages
+        if state.report.reconnects != drops:
+            # The stream dropped while the Turn ran: some of its messages may be missing.
+            items = list(self.client.sessions.items.list(session_id, order="asc"))
         text = final_text(items, state.target_turn)
         return TurnResult(
             session_id=session_id,
