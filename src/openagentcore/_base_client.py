@@ -56,6 +56,7 @@ STREAM_CONNECTION_LIMITS = httpx.Limits(max_connections=10_000, max_keepalive_co
 #: once costs more CPU than queueing them: at 200 Sessions this limit raised a runner's
 #: calls per second by about 30%.
 MAX_CONCURRENT_ASYNC_REQUESTS = 16
+_URL_CACHE_SIZE = 1024
 MAX_IDEMPOTENCY_KEY_BYTES = 128
 _BETA_HEADER = ("OpenAI-Beta", "agents=v1")
 
@@ -126,6 +127,7 @@ class _ClientCore:
         if not url.raw_path.endswith(b"/"):
             url = url.copy_with(raw_path=url.raw_path + b"/")
         self.base_url = url
+        self._urls: dict[str, httpx.URL] = {}
         if timeout is None:
             self.timeout = DEFAULT_TIMEOUT
         elif isinstance(timeout, httpx.Timeout):
@@ -161,7 +163,14 @@ class _ClientCore:
         return new_idempotency_key() if options.method == "POST" else None
 
     def _url(self, path: str) -> httpx.URL:
-        return self.base_url.join(path.lstrip("/"))
+        # Joining parses and validates the whole URL; a runner posts to the same few
+        # paths over and over, so remember them (bounded: cleared when full).
+        url = self._urls.get(path)
+        if url is None:
+            if len(self._urls) >= _URL_CACHE_SIZE:
+                self._urls.clear()
+            url = self._urls[path] = self.base_url.join(path.lstrip("/"))
+        return url
 
     def _build_kwargs(self, options: RequestOptions) -> dict[str, Any]:
         kwargs: dict[str, Any] = {

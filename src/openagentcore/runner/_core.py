@@ -516,14 +516,13 @@ class RunnerCore:
         function = self.registry.get(call.name)
         if function is None:
             return self._unknown_function(state, call)
-        record = self.store.get(call.key)
-        if record is None:
-            claim = self._claim(call)
-            if claim.won:
-                self._begin(state, call.key)
-                return Job(call, function)
-            record = claim.record
-        return self._decide_existing(state, call, function, record)
+        # Claim straight away: a lost claim returns the existing record, so a new call
+        # costs one store round trip, not a read and then a claim.
+        claim = self._claim(call)
+        if claim.won:
+            self._begin(state, call.key)
+            return Job(call, function)
+        return self._decide_existing(state, call, function, claim.record)
 
     def _decide_existing(
         self,
