@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -66,9 +67,18 @@ class Harness:
     """
 
     def __init__(
-        self, core: LocalCore, kind: RunnerKind, *, api_key: str | None = None, **options: Any
+        self,
+        core: LocalCore,
+        kind: RunnerKind,
+        *,
+        api_key: str | None = None,
+        slow_results: float = 0.0,
+        **options: Any,
     ) -> None:
         self.core = core
+        #: Seconds the runner's client waits after each answer to a result POST, as if
+        #: the server were slow: the runner's loop is stuck in the request meanwhile.
+        self.slow_results = slow_results
         #: The key the runner uses; the test's own client always has the right one.
         self.runner_api_key = api_key or core.api_key
         self.kind = kind
@@ -93,7 +103,9 @@ class Harness:
 
     async def _async_runner(self, **options: Any) -> AsyncFunctionRunner:
         async def record(response: httpx.Response) -> None:
-            self._record(response)
+            self._record(response, sleep=False)
+            if self._is_result_post(response):
+                await asyncio.sleep(self.slow_results)
 
         http = httpx.AsyncClient(event_hooks={"response": [record]})
         runner_client = AsyncClient(
@@ -109,9 +121,20 @@ class Harness:
         self._stack.callback(self.portal.call, close)
         return runner
 
-    def _record(self, response: httpx.Response) -> None:
+    def _record(self, response: httpx.Response, *, sleep: bool = True) -> None:
         request = response.request
         self.responses.append((request.method, request.url.path, response.status_code))
+        if sleep and self._is_result_post(response):
+            time.sleep(self.slow_results)
+
+    def _is_result_post(self, response: httpx.Response) -> bool:
+        request = response.request
+        return (
+            self.slow_results > 0
+            and request.method == "POST"
+            and request.url.path.endswith("/events")
+            and b"tool_result" in request.content
+        )
 
     def statuses(self, method: str, suffix: str) -> list[int]:
         return [s for m, path, s in self.responses if m == method and path.endswith(suffix)]

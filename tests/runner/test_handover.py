@@ -251,3 +251,48 @@ def test_a_call_running_longer_than_its_lease_keeps_it_by_renewal(
     ((output),) = [a.output for a in applied]
     assert output is not None
     assert output.output == "done o1"
+
+
+def test_a_lease_is_renewed_while_the_loop_waits_on_a_slow_submission(
+    make_core: MakeCore, make_harness: MakeHarness
+) -> None:
+    """Leases are renewed apart from the loop: a quick call's slow result POST must not
+    let the lease of a call still running lapse."""
+    calls = [FunctionCall("quick", {"order": "q1"}), FunctionCall("slow", {"order": "s1"})]
+    lease_seconds = 0.4
+    harness = make_harness(
+        make_core(scenario=one_turn(calls)), slow_results=1.5, lease_seconds=lease_seconds
+    )
+    store = harness.runner.store
+    lapsed: list[CallKey] = []
+    done = threading.Event()
+
+    @harness.runner.function
+    def quick(order: str) -> str:
+        """Return at once."""
+        return order
+
+    @harness.runner.function
+    def slow(order: str) -> str:
+        """Run for several leases."""
+        time.sleep(1.2)
+        return order
+
+    def watch() -> None:
+        while not done.wait(0.02):
+            for record in store.find(states=[CallState.STARTED]):
+                if store.is_stale(record):
+                    lapsed.append(record.key)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        session_id = harness.create_session()
+        report = harness.serve(session_id)
+    finally:
+        done.set()
+        watcher.join()
+
+    assert lapsed == []
+    assert report.calls_run == 2
+    assert report.in_doubt == []

@@ -182,6 +182,7 @@ class AsyncFunctionRunner(RunnerBase):
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._function_threads.shutdown(wait=False)
+        await asyncio.to_thread(self._core.close)
         await asyncio.to_thread(self.store.close)
 
     async def __aenter__(self) -> AsyncFunctionRunner:

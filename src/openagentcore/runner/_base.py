@@ -164,9 +164,6 @@ class RunnerBase:
         exactly when some function is deferred, as the server requires."""
         return self._registry.tools()
 
-    def close_store(self) -> None:
-        self.store.close()
-
 
 def input_event(input: str | Sequence[UserMessage | Mapping[str, Any]]) -> InputMessageEvent:
     if isinstance(input, str):

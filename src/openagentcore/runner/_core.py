@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -45,6 +44,7 @@ from ..types import (
     SessionSnapshotEvent,
     TerminalTurnEvent,
 )
+from ._leases import LeaseKeeper
 from ._registry import ArgumentsError, FunctionRegistry, RegisteredFunction
 from ._report import ServeReport
 from ._results import IN_DOUBT_ERROR, INTERNAL_ERROR, ErrorFormatter, failure_event, success_event
@@ -219,7 +219,6 @@ class SessionState:
     #: call in doubt that only a runner knowing the function can resolve.
     not_mine: set[CallKey] = field(default_factory=set)
     last_read: float = 0.0
-    last_renewal: float = field(default_factory=time.monotonic)
     #: Results of calls that ran while the store was unreachable: (event, owner). They
     #: are saved before they are posted, however long the outage lasts.
     unsaved: dict[CallKey, tuple[dict[str, Any], str | None]] = field(default_factory=dict)
@@ -259,9 +258,9 @@ class RunnerCore:
         self.on_error = on_error
         self.on_in_doubt = on_in_doubt
         self.on_action = on_action
-        #: Calls a job of this runner is running, across all its Sessions.
-        self._running: set[CallKey] = set()
-        self._running_lock = threading.Lock()
+        #: Calls this runner holds (running, or finished with the result not saved yet),
+        #: across all its Sessions; their leases are renewed in the background.
+        self.leases = LeaseKeeper(store, owner=owner, lease_seconds=lease_seconds)
 
     # -- observing the server -------------------------------------------------------
 
@@ -384,23 +383,14 @@ class RunnerCore:
         return Step(wait=wait)
 
     def housekeeping_due(self, state: SessionState) -> bool:
-        """Whether :meth:`housekeep` has work: a third of the lease has passed since the
-        last renewal, results the store refused may be saved now, or progress marks
-        are due."""
+        """Whether :meth:`housekeep` has work: results the store refused may be saved
+        now, or progress marks are due."""
         now = time.monotonic()
-        return (
-            now - state.last_renewal >= self.lease_seconds / 3
-            or bool(state.unsaved and now >= state.store_retry_at)
-            or self._marks_due(state, now)
-        )
+        return bool(state.unsaved and now >= state.store_retry_at) or self._marks_due(state, now)
 
     def housekeep(self, state: SessionState) -> None:
-        """Renew this Session's leases when due, save results the store refused, and
-        write due progress marks."""
+        """Save results the store refused, and write due progress marks."""
         now = time.monotonic()
-        if now - state.last_renewal >= self.lease_seconds / 3:
-            state.last_renewal = now
-            self.renew_leases(state)
         if state.unsaved and now >= state.store_retry_at:
             for key, (event, owner) in list(state.unsaved.items()):
                 if not self._save(state, key, event, owner):
@@ -453,6 +443,7 @@ class RunnerCore:
             self._store_failed(state, f"saving the result of {key.call_id}", exc)
             return False
         self._store_ok(state)
+        self.leases.release(key)
         state.ready.append(record)
         return True
 
@@ -539,7 +530,7 @@ class RunnerCore:
             self._resubmit(state, call, record)
             return None
         if record.state is CallState.STARTED and not self.store.is_stale(record):
-            if record.owner == self.owner and not self._is_running(call.key):
+            if record.owner == self.owner and not self.leases.holds(call.key):
                 # Our own claim that nothing here runs: the claim committed but the store
                 # could not confirm it (e.g. the connection broke). The function never
                 # started, so this is the first run, not a repeat.
@@ -720,6 +711,7 @@ class RunnerCore:
         """A job ended without a result (e.g. SystemExit): it may have had its effect.
         If the mark cannot be written, the claim's lease lapses and says the same."""
         self._end(state, key)
+        self.leases.release(key)
         self._mark(state, key, CallState.IN_DOUBT)
 
     def _claim(self, call: PendingCall) -> Claim:
@@ -733,31 +725,14 @@ class RunnerCore:
 
     def _begin(self, state: SessionState, key: CallKey) -> None:
         state.in_flight.add(key)
-        with self._running_lock:
-            self._running.add(key)
+        self.leases.hold(key)
 
     def _end(self, state: SessionState, key: CallKey) -> None:
+        """The function returned; its claim stays held until its result is saved."""
         state.in_flight.discard(key)
-        with self._running_lock:
-            self._running.discard(key)
 
-    def _is_running(self, key: CallKey) -> bool:
-        with self._running_lock:
-            return key in self._running
-
-    def renew_leases(self, state: SessionState) -> None:
-        """Renew the claims of calls running here, and of results not saved yet: their
-        effect happened, so no other worker may take them over as in doubt."""
-        for key in [*state.in_flight, *state.unsaved]:
-            try:
-                renewed = self.store.renew_lease(
-                    key, owner=self.owner, lease_seconds=self.lease_seconds
-                )
-            except StoreUnavailableError as exc:
-                self._store_failed(state, "renewing leases", exc)
-                return
-            if not renewed:
-                logger.warning("Lost the lease on call %s; another worker may take it", key.call_id)
+    def close(self) -> None:
+        self.leases.close()
 
     # -- submitting --------------------------------------------------------------------
 

@@ -155,6 +155,7 @@ class FunctionRunner(RunnerBase):
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._core.close()
         self.store.close()
 
     def __enter__(self) -> FunctionRunner:
