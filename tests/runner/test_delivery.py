@@ -502,3 +502,37 @@ def test_one_conflicting_result_does_not_sink_the_others_in_its_batch(
         "order": "o2"
     }
     assert report.results_submitted == 2
+
+
+def test_a_refused_result_is_reported_and_serve_still_ends(
+    make_core: MakeCore, make_harness: MakeHarness
+) -> None:
+    """A saved result the server refuses (here: recorded under the wrong Turn) is never
+    replaced; serve reports it instead of waiting on the call forever."""
+    harness = make_harness(make_core(scenario=one_turn([FunctionCall("add", {"a": 1, "b": 2})])))
+    register_add(harness, "def", CallLog())
+    session_id = harness.create_session()
+    deadline = time.monotonic() + 5
+    while not (pending := harness.client.sessions.retrieve(session_id).pending_function_calls):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    (action,) = pending
+    key = CallKey(session_id, action.turn_id, action.call_id)
+    store = harness.runner.store
+    store.claim(key, function_name="add", arguments_hash="x", owner="gone:1:x", lease_seconds=60)
+    wrong_turn = {
+        "type": "agent.session.input.tool_result",
+        "turn_id": "turn_not_this_one",
+        "call_id": action.call_id,
+        "success": True,
+        "output": "3",
+    }
+    store.save_result(key, wrong_turn, owner=None)
+
+    report = harness.serve(session_id, timeout=10)
+
+    assert report.rejected == [key]
+    assert report.final_status == "requires_action"
+    record = store.get(key)
+    assert record is not None
+    assert record.state is CallState.ABANDONED

@@ -215,8 +215,9 @@ class SessionState:
     marks_since: float = 0.0
     #: Function calls the latest Session read lists as pending.
     pending: set[CallKey] = field(default_factory=set)
-    #: Pending calls this runner leaves to others: functions it does not serve, or a
-    #: call in doubt that only a runner knowing the function can resolve.
+    #: Pending calls this runner leaves to others: functions it does not serve, a call
+    #: in doubt that only a runner knowing the function can resolve, or a call whose
+    #: saved result the server refused.
     not_mine: set[CallKey] = field(default_factory=set)
     last_read: float = 0.0
     #: Results of calls that ran while the store was unreachable: (event, owner). They
@@ -808,8 +809,16 @@ class RunnerCore:
         elif isinstance(error, ConflictError):
             state.report.abandoned.append(record.key)
         else:
+            # Sending the saved result again would be refused again, and it is never
+            # replaced: leave the call for a person, so serve can end.
             state.report.rejected.append(record.key)
-            logger.warning("Result for call %s was rejected: %s", record.key.call_id, error)
+            state.not_mine.add(record.key)
+            logger.error(
+                "The server refused the result for call %s: %s. The call stays pending; "
+                "inspect it with `openagentcore calls show`.",
+                record.key.call_id,
+                error,
+            )
         self._queue_mark(state, record.key, CallState.ABANDONED)
 
     def _mark_applied(self, state: SessionState, key: CallKey) -> None:
