@@ -137,8 +137,9 @@ class AsyncFunctionRunner(RunnerBase):
             await self._loop(state, reader, "turn", deadline)
         assert state.target_turn is not None
         items: Sequence[object] = state.turn_messages
-        if state.report.reconnects != drops:
-            # The stream dropped while the Turn ran: some of its messages may be missing.
+        if state.report.reconnects != drops or not state.turn_end_seen:
+            # The stream dropped while the Turn ran, or the Turn ended before the stream's
+            # events were read: its messages may be missing.
             items = [
                 item async for item in self.client.sessions.items.list(session_id, order="asc")
             ]

@@ -200,9 +200,10 @@ class SessionState:
     #: The Turn ``run_turn`` waits for, and whether it has ended.
     target_turn: str | None = None
     target_turn_status: str | None = None
-    #: Its finished messages as the stream delivered them; complete only if the stream
-    #: did not drop while the Turn ran (``reconnects`` unchanged).
+    #: Its finished messages as the stream delivered them: complete once its terminal
+    #: event came through the stream (``turn_end_seen``) with no drop in between.
     turn_messages: list[MessageItem] = field(default_factory=list)
+    turn_end_seen: bool = False
     reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
     #: Calls whose result the server accepted (202) in this serve and that were not yet
     #: seen applied: a repeated announcement of one is a duplicate, not a reason to send
@@ -296,6 +297,7 @@ class RunnerCore:
             return []
         if isinstance(event, TerminalTurnEvent) and event.turn_id == state.target_turn:
             state.target_turn_status = event.turn.status
+            state.turn_end_seen = True
         return []
 
     @staticmethod
