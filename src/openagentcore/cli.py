@@ -133,7 +133,9 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     show.add_argument("call_id")
     show.set_defaults(handler=_run_calls_show)
     prune = actions.add_parser(
-        "prune", help="delete settled (applied or abandoned) calls older than an age"
+        "prune",
+        help="delete calls that need nothing more (applied, abandoned or submitted) "
+        "older than an age",
     )
     _store_option(prune, required=True)
     prune.add_argument(
@@ -257,7 +259,7 @@ def _run_calls_prune(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         removed = store.prune(older_than=args.older_than)
     finally:
         store.close()
-    print(f"Removed {removed} settled call(s)")
+    print(f"Removed {removed} finished call(s)")
     return 0
 
 

@@ -150,20 +150,20 @@ def test_calls_list_rejects_an_unknown_state(tmp_path: Path) -> None:
         main(["calls", "list", "--store", str(tmp_path / "x.db"), "--state", "bogus"])
 
 
-def test_calls_prune_removes_only_settled_calls(
+def test_calls_prune_removes_only_calls_that_need_nothing_more(
     setup: tuple[Client, str, FunctionCallAction, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, session_id, action, store_path = setup
     key = _save_result(store_path, session_id, action)
     assert main(["calls", "prune", "--store", str(store_path), "--older-than", "0"]) == 0
-    assert "Removed 0 settled call(s)" in capsys.readouterr().out  # completed is not settled
+    # Saved but not confirmed submitted: the server may still need it.
+    assert "Removed 0 finished call(s)" in capsys.readouterr().out
 
     store = SQLiteResultStore(store_path)
     store.mark(key, CallState.SUBMITTED)
-    store.mark(key, CallState.APPLIED)
     store.close()
     time.sleep(0.01)
     assert main(["calls", "prune", "--store", str(store_path), "--older-than", "0s"]) == 0
-    assert "Removed 1 settled call(s)" in capsys.readouterr().out
+    assert "Removed 1 finished call(s)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["calls", "prune", "--store", str(store_path), "--older-than", "soon"])

@@ -490,23 +490,29 @@ def test_find_filters_by_session_and_state_oldest_first(
         store.find(limit=-1)
 
 
-def test_prune_deletes_only_old_settled_records(store: ResultStore, clock: FakeClock) -> None:
-    old_applied, old_abandoned, old_running, new_applied = (
-        CallKey("s", "t", name) for name in ("old_applied", "old_abandoned", "running", "new")
+def test_prune_deletes_only_old_records_that_need_nothing_more(
+    store: ResultStore, clock: FakeClock
+) -> None:
+    old_applied, old_abandoned, old_submitted, old_saved, old_running, new_applied = (
+        CallKey("s", "t", name)
+        for name in ("old_applied", "old_abandoned", "old_submitted", "saved", "running", "new")
     )
-    for key in (old_applied, old_abandoned, old_running):
+    for key in (old_applied, old_abandoned, old_submitted, old_saved, old_running):
         claim(store, key=key)
-    store.save_result(old_applied, EVENT, owner=None)
+    for key in (old_applied, old_submitted, old_saved):
+        store.save_result(key, EVENT, owner=None)
     store.mark(old_applied, CallState.APPLIED)
     store.mark(old_abandoned, CallState.ABANDONED)
+    store.mark(old_submitted, CallState.SUBMITTED)  # accepted, never seen applied
     clock.advance(3600)
     claim(store, key=new_applied)
     store.save_result(new_applied, EVENT, owner=None)
     store.mark(new_applied, CallState.APPLIED)
 
-    assert store.prune(older_than=1800) == 2
+    assert store.prune(older_than=1800) == 3
 
-    assert {r.key for r in store.find()} == {old_running, new_applied}
+    # A saved result the server may not have yet, and a running call, are kept.
+    assert {r.key for r in store.find()} == {old_saved, old_running, new_applied}
     assert store.prune(older_than=1800) == 0
     with pytest.raises(ValueError, match="older_than"):
         store.prune(older_than=-1)

@@ -21,6 +21,7 @@ from ._memory import MemoryResultStore
 from ._postgres import PostgresResultStore
 from ._protocol import ResultStore
 from ._records import (
+    PRUNABLE_STATES,
     SETTLED_STATES,
     CallKey,
     CallRecord,
@@ -35,6 +36,7 @@ from ._sqlite import SQLiteResultStore
 
 __all__ = [
     "DEFAULT_SQLITE_PATH",
+    "PRUNABLE_STATES",
     "SETTLED_STATES",
     "CallKey",
     "CallRecord",

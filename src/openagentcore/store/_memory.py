@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from . import _rules
 from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
 from ._exceptions import StoreClosedError, UnknownCallError
-from ._records import SETTLED_STATES, CallKey, CallRecord, CallState, Claim
+from ._records import PRUNABLE_STATES, CallKey, CallRecord, CallState, Claim
 
 __all__ = ["MemoryResultStore"]
 
@@ -88,7 +88,7 @@ class MemoryResultStore(StoreBase):
             doomed = [
                 key
                 for key, row in rows.items()
-                if CallState(row[5]) in SETTLED_STATES and row[12] < cutoff
+                if CallState(row[5]) in PRUNABLE_STATES and row[12] < cutoff
             ]
             for key in doomed:
                 del rows[key]

@@ -102,8 +102,9 @@ class ResultStore(Protocol):
         ...
 
     def prune(self, *, older_than: float) -> int:
-        """Delete settled records not updated in the last ``older_than`` seconds; returns
-        how many were deleted."""
+        """Delete records that need nothing more (applied, abandoned, or submitted: the
+        server has the result) and were not updated in the last ``older_than`` seconds;
+        returns how many were deleted. Records without a confirmed submission stay."""
         ...
 
     def close(self) -> None: ...

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "PRUNABLE_STATES",
     "SETTLED_STATES",
     "CallKey",
     "CallRecord",
@@ -45,8 +46,12 @@ class CallState(str, enum.Enum):
     ABANDONED = "abandoned"
 
 
-#: States in which the store has nothing left to do for a call; only these are pruned.
+#: States in which the store has nothing left to do for a call.
 SETTLED_STATES: frozenset[CallState] = frozenset({CallState.APPLIED, CallState.ABANDONED})
+#: States whose old records ``prune`` deletes: the settled ones, and ``SUBMITTED``: the
+#: server accepted the result, so the call will never be pending again, even if the
+#: runner never saw it applied (its stream dropped, or it stopped first).
+PRUNABLE_STATES: frozenset[CallState] = SETTLED_STATES | {CallState.SUBMITTED}
 
 
 @dataclass(frozen=True, slots=True)

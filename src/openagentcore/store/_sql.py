@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Protocol
 from . import _rules
 from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
 from ._exceptions import UnknownCallError
-from ._records import SETTLED_STATES, CallKey, CallRecord, CallState, Claim
+from ._records import PRUNABLE_STATES, CallKey, CallRecord, CallState, Claim
 
 __all__ = ["MIGRATIONS", "Migration", "SQLResultStore", "Transaction"]
 
@@ -106,9 +106,9 @@ class SQLResultStore(StoreBase):
             f"UPDATE {table} SET state = ?, attempts = ?, owner = ?, lease_expires_at = ?, "
             f"updated_at = ?, result = COALESCE(result, ?) WHERE {_KEY_MATCH}"
         )
-        settled = ", ".join("?" for _ in SETTLED_STATES)
+        prunable = ", ".join("?" for _ in PRUNABLE_STATES)
         self._prune_sql = self._sql(
-            f"DELETE FROM {table} WHERE state IN ({settled}) AND updated_at < ?"
+            f"DELETE FROM {table} WHERE state IN ({prunable}) AND updated_at < ?"
         )
 
     @abc.abstractmethod
@@ -188,9 +188,9 @@ class SQLResultStore(StoreBase):
 
     def prune(self, *, older_than: float) -> int:
         validate_older_than(older_than)
-        settled = sorted(state.value for state in SETTLED_STATES)
+        prunable = sorted(state.value for state in PRUNABLE_STATES)
         with self._transaction() as tx:
-            return tx.execute(self._prune_sql, [*settled, self._clock() - older_than])
+            return tx.execute(self._prune_sql, [*prunable, self._clock() - older_than])
 
     def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
         # Sorted, so two workers marking overlapping calls lock rows in the same order.
