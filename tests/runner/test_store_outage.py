@@ -161,8 +161,8 @@ def test_an_outage_is_ridden_out_without_repeats_or_doubt(
 ) -> None:
     store = OutageStore()
     store.fail(*operations, landed=landed)
-    store.recover_after(0.5)
     harness, session_id, log = serve_with(make_core, make_harness, flavour, store)
+    store.recover_after(0.5)  # counted from here: only the runner uses the store
 
     report = harness.serve(session_id)
 
@@ -199,10 +199,10 @@ def test_a_claim_is_kept_alive_while_its_result_waits_for_the_store(
 ) -> None:
     store = OutageStore()
     store.fail("save_result")
-    store.recover_after(1.5)
     harness, session_id, log = serve_with(
         make_core, make_harness, flavour, store, lease_seconds=0.6
     )
+    store.recover_after(1.5)
 
     report = harness.serve(session_id)
 
@@ -219,12 +219,12 @@ def test_recover_saves_and_submits_once_the_store_is_back(
 ) -> None:
     store = OutageStore()
     store.fail("save_result")
-    store.recover_after(0.5)
     harness, session_id, log = serve_with(make_core, make_harness, flavour, store)
     deadline = time.monotonic() + 5
     while not harness.client.sessions.retrieve(session_id).pending_function_calls:
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    store.recover_after(0.3)  # the functions finish at once, well inside the outage
 
     report = harness.recover(session_id)
 
