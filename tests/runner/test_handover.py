@@ -259,9 +259,9 @@ def test_a_lease_is_renewed_while_the_loop_waits_on_a_slow_submission(
     """Leases are renewed apart from the loop: a quick call's slow result POST must not
     let the lease of a call still running lapse."""
     calls = [FunctionCall("quick", {"order": "q1"}), FunctionCall("slow", {"order": "s1"})]
-    lease_seconds = 0.4
+    lease_seconds = 1.0
     harness = make_harness(
-        make_core(scenario=one_turn(calls)), slow_results=1.5, lease_seconds=lease_seconds
+        make_core(scenario=one_turn(calls)), slow_results=3.0, lease_seconds=lease_seconds
     )
     store = harness.runner.store
     lapsed: list[CallKey] = []
@@ -275,7 +275,7 @@ def test_a_lease_is_renewed_while_the_loop_waits_on_a_slow_submission(
     @harness.runner.function
     def slow(order: str) -> str:
         """Run for several leases."""
-        time.sleep(1.2)
+        time.sleep(2.5)
         return order
 
     def watch() -> None:
