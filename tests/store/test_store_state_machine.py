@@ -170,7 +170,8 @@ class StoreMachine(RuleBasedStateMachine):
         doomed = [
             key
             for key, call in self.model.items()
-            if call.state in (S.APPLIED, S.ABANDONED) and call.updated_at < cutoff
+            # Finished: settled, or submitted (the server has the result).
+            if call.state in (S.APPLIED, S.ABANDONED, S.SUBMITTED) and call.updated_at < cutoff
         ]
         assert self.store.prune(older_than=older_than) == len(doomed)
         for key in doomed:
