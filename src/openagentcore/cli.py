@@ -312,7 +312,14 @@ def _run_recover(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         print(f"  pending without a saved result: call {key.call_id} (turn {key.turn_id})")
     for key in report.conflicts:
         print(f"  conflict: the server holds a different result for call {key.call_id}")
-    return 1 if report.conflicts else 0
+    for key in report.rejected:
+        print(f"  refused: the server did not accept the saved result for call {key.call_id}")
+    if report.store_errors:
+        print(
+            f"  the result store was unreachable {report.store_errors} time(s), so some calls "
+            "may not have been looked at; run recover again once it is back"
+        )
+    return 1 if report.conflicts or report.rejected or report.store_errors else 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,13 @@ import pytest
 from openagentcore import Client, SQLiteResultStore
 from openagentcore.cli import main
 from openagentcore.local import LocalCore
-from openagentcore.store import CallKey, CallState, arguments_hash, new_owner_id
+from openagentcore.store import (
+    CallKey,
+    CallState,
+    StoreUnavailableError,
+    arguments_hash,
+    new_owner_id,
+)
 from openagentcore.types import FunctionCallAction
 
 TOOL = {
@@ -125,6 +131,26 @@ def test_recover_lists_a_call_in_doubt_without_resolving_it(
 
     assert main(["recover", session_id, "--store", str(store_path)]) == 0
     assert f"in doubt: call {action.call_id}" in capsys.readouterr().out
+    assert client.sessions.retrieve(session_id).status == "requires_action"
+
+
+def test_recover_says_when_the_store_was_unreachable(
+    setup: tuple[Client, str, FunctionCallAction, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client, session_id, action, store_path = setup
+    _save_result(store_path, session_id, action)
+
+    def unreachable(self: SQLiteResultStore, key: CallKey) -> None:
+        raise StoreUnavailableError("database is locked")
+
+    monkeypatch.setattr(SQLiteResultStore, "get", unreachable)
+
+    assert main(["recover", session_id, "--store", str(store_path)]) == 1
+    output = capsys.readouterr().out
+    assert "0 saved result(s) resubmitted" in output
+    assert "the result store was unreachable 1 time(s)" in output
     assert client.sessions.retrieve(session_id).status == "requires_action"
 
 
