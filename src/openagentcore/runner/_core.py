@@ -417,7 +417,7 @@ class RunnerCore:
 
     def _store_failed(self, state: SessionState, doing: str, error: StoreUnavailableError) -> None:
         """Back off before the next attempt; the caller keeps what it could not write."""
-        delay = min(STORE_RETRY_MAX_DELAY, STORE_RETRY_DELAY * 2**state.store_failures)
+        delay = min(STORE_RETRY_MAX_DELAY, STORE_RETRY_DELAY * 2 ** min(state.store_failures, 16))
         state.store_failures += 1
         state.store_retry_at = time.monotonic() + delay
         state.report.store_errors += 1
