@@ -18,7 +18,7 @@ from openagentcore import AsyncClient, Client
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner import AsyncFunctionRunner, FunctionRunner, ServeReport, TurnResult
 from openagentcore.store import MemoryResultStore
-from openagentcore.types import FunctionCallItem, FunctionCallOutputItem
+from openagentcore.types import FunctionCallAction, FunctionCallItem, FunctionCallOutputItem
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,15 @@ class Harness:
         """A Session on the runner's tools; creating it starts the first Turn."""
         spec = {"model": "scripted", "tools": self.runner.tools, **agent}
         return self.client.sessions.create(agent=spec, input=input).id
+
+    def wait_for_pending(self, session_id: str, timeout: float = 5) -> list[FunctionCallAction]:
+        """The Session's pending function calls, once it has some (before any runner
+        serves it)."""
+        deadline = time.monotonic() + timeout
+        while not (pending := self.client.sessions.retrieve(session_id).pending_function_calls):
+            assert time.monotonic() < deadline, f"Session {session_id} asked for no calls"
+            time.sleep(0.01)
+        return pending
 
     def serve(
         self, session_id: str, timeout: float = 15, until: Literal["idle", "forever"] = "idle"

@@ -525,11 +525,7 @@ def test_a_refused_result_is_reported_and_serve_still_ends(
     harness = make_harness(make_core(scenario=one_turn([FunctionCall("add", {"a": 1, "b": 2})])))
     register_add(harness, "def", CallLog())
     session_id = harness.create_session()
-    deadline = time.monotonic() + 5
-    while not (pending := harness.client.sessions.retrieve(session_id).pending_function_calls):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    (action,) = pending
+    (action,) = harness.wait_for_pending(session_id)
     key = CallKey(session_id, action.turn_id, action.call_id)
     store = harness.runner.store
     store.claim(key, function_name="add", arguments_hash="x", owner="gone:1:x", lease_seconds=60)

@@ -50,12 +50,7 @@ def expired_remote_owner() -> str:
 def start_session_claimed_by(harness: Harness, owner: str, lease_seconds: float) -> CallKey:
     """Create a Session whose one call another owner claimed and never finished."""
     session_id = harness.create_session()
-    deadline = time.monotonic() + 5
-    pending = harness.client.sessions.retrieve(session_id).pending_function_calls
-    while not pending and time.monotonic() < deadline:
-        time.sleep(0.01)
-        pending = harness.client.sessions.retrieve(session_id).pending_function_calls
-    (action,) = pending
+    (action,) = harness.wait_for_pending(session_id)
     key = CallKey(session_id, action.turn_id, action.call_id)
     claim = harness.runner.store.claim(
         key,

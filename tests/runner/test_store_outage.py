@@ -7,7 +7,6 @@ saved, no call is put in doubt by the outage alone, and serving resumes on its o
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -220,10 +219,7 @@ def test_recover_saves_and_submits_once_the_store_is_back(
     store = OutageStore()
     store.fail("save_result")
     harness, session_id, log = serve_with(make_core, make_harness, flavour, store)
-    deadline = time.monotonic() + 5
-    while not harness.client.sessions.retrieve(session_id).pending_function_calls:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    harness.wait_for_pending(session_id)
     store.recover_after(0.3)  # the functions finish at once, well inside the outage
 
     report = harness.recover(session_id)

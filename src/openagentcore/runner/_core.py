@@ -200,10 +200,11 @@ class SessionState:
     #: The Turn ``run_turn`` waits for, and whether it has ended.
     target_turn: str | None = None
     target_turn_status: str | None = None
-    #: Its finished messages as the stream delivered them: complete once its terminal
-    #: event came through the stream (``turn_end_seen``) with no drop in between.
+    #: Its finished messages as the stream delivered them, whether its end came through
+    #: the stream, and the reconnects counted when it started (see ``streamed_answer``).
     turn_messages: list[MessageItem] = field(default_factory=list)
     turn_end_seen: bool = False
+    reconnects_at_turn_start: int = 0
     reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
     #: Calls whose result the server accepted (202) in this serve and that were not yet
     #: seen applied: a repeated announcement of one is a duplicate, not a reason to send
@@ -233,6 +234,13 @@ class SessionState:
 
     def busy(self) -> bool:
         return bool(self.in_flight or self.ready or self.delayed or self.unsaved)
+
+    def streamed_answer(self) -> list[MessageItem] | None:
+        """The target Turn's messages as streamed, or ``None`` if the stream may have
+        missed some (it dropped, or the Turn ended before its events were read)."""
+        if self.turn_end_seen and self.report.reconnects == self.reconnects_at_turn_start:
+            return self.turn_messages
+        return None
 
 
 class RunnerCore:
@@ -335,6 +343,13 @@ class RunnerCore:
         if turn_id == state.target_turn:
             state.target_turn_status = status
 
+    def start_turn(self, state: SessionState, turn_id: str, status: str) -> None:
+        """``run_turn`` learned the Turn its input started; no stream event has been
+        handled since the input was sent, so the reconnect count is that of the start."""
+        state.target_turn = turn_id
+        state.target_turn_status = status
+        state.reconnects_at_turn_start = state.report.reconnects
+
     def done(self, state: SessionState, until: Literal["idle", "turn", "forever"]) -> bool:
         if until == "forever" or state.busy() or state.recheck:
             return False
@@ -373,9 +388,9 @@ class RunnerCore:
             poll_in = min(poll_in, max(0.0, state.store_retry_at - now))
         if poll_in == 0:
             return Step(reconcile=True)
-        tick = self.lease_seconds / 3
+        # poll_in is at most poll_interval, which bounds every wait without an event.
         delay = self.next_delay(state, now)
-        wait = min(tick, poll_in, tick if delay is None else delay)
+        wait = poll_in if delay is None else min(poll_in, delay)
         if state.marks:
             wait = min(wait, max(0.0, state.marks_since + MARK_DELAY - now))
         if deadline is not None:
@@ -471,14 +486,6 @@ class RunnerCore:
             self._store_failed(state, "writing progress marks", exc)
             return
         state.marks.clear()
-
-    def _mark(self, state: SessionState, key: CallKey, to: CallState) -> None:
-        """Record progress that is only bookkeeping: if the store is unreachable the mark
-        is skipped, and the worst outcome is an identical resubmission later."""
-        try:
-            self.store.mark(key, to)
-        except StoreUnavailableError as exc:
-            self._store_failed(state, f"marking {key.call_id} {to.value}", exc)
 
     # -- deciding ---------------------------------------------------------------------
 
@@ -715,7 +722,10 @@ class RunnerCore:
         If the mark cannot be written, the claim's lease lapses and says the same."""
         self._end(state, key)
         self.leases.release(key)
-        self._mark(state, key, CallState.IN_DOUBT)
+        try:
+            self.store.mark(key, CallState.IN_DOUBT)
+        except StoreUnavailableError as exc:
+            self._store_failed(state, f"marking {key.call_id} in doubt", exc)
 
     def _claim(self, call: PendingCall) -> Claim:
         return self.store.claim(
@@ -832,7 +842,7 @@ class RunnerCore:
             self._store_failed(state, f"reading {key.call_id}", exc)
             return
         if record is not None and record.state is CallState.SUBMITTED:
-            self._mark(state, key, CallState.APPLIED)
+            self._queue_mark(state, key, CallState.APPLIED)
 
 
 def _message(error: Exception) -> str:

@@ -98,20 +98,16 @@ class FunctionRunner(RunnerBase):
         deadline = _deadline(timeout)
         with _Reader(self, session_id) as reader:
             self._loop(state, reader, "connected", deadline)
-            drops = state.report.reconnects
             self.client.sessions.events.create(session_id, events=[input_event(input)])
             # The Turn is created in the same transaction that admits the input.
             latest = self.client.sessions.turns.list(session_id, order="desc", limit=1)
             if not latest.data:
                 raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
-            state.target_turn = latest.data[0].id
-            state.target_turn_status = latest.data[0].status
+            self._core.start_turn(state, latest.data[0].id, latest.data[0].status)
             self._loop(state, reader, "turn", deadline)
         assert state.target_turn is not None
-        items: Sequence[object] = state.turn_messages
-        if state.report.reconnects != drops or not state.turn_end_seen:
-            # The stream dropped while the Turn ran, or the Turn ended before the stream's
-            # events were read: its messages may be missing.
+        items: Sequence[object] | None = state.streamed_answer()
+        if items is None:
             items = list(self.client.sessions.items.list(session_id, order="asc"))
         text = final_text(items, state.target_turn)
         return TurnResult(
