@@ -8,7 +8,7 @@ import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from . import _rules
 from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
@@ -16,6 +16,8 @@ from ._exceptions import UnknownCallError
 from ._records import PRUNABLE_STATES, CallKey, CallRecord, CallState, Claim
 
 __all__ = ["MIGRATIONS", "Migration", "SQLResultStore", "Transaction"]
+
+T = TypeVar("T")
 
 
 class Transaction(Protocol):
@@ -119,6 +121,16 @@ class SQLResultStore(StoreBase):
     def _reading(self) -> AbstractContextManager[Transaction]:
         """A connection for a single read."""
 
+    def _write(self, work: Callable[[Transaction], T], *, synced: bool = True) -> T:
+        """Run ``work`` in a write transaction and commit it; returns what ``work`` returns.
+
+        ``synced=False`` says the change is bookkeeping (a progress mark): the store may
+        commit it without waiting for the disk. Every change goes through here, so a store
+        can run several callers' work in one transaction (SQLite's group commit).
+        """
+        with self._transaction() as tx:
+            return work(tx)
+
     def _sql(self, text: str) -> str:
         return text.replace("?", self._placeholder)
 
@@ -140,7 +152,8 @@ class SQLResultStore(StoreBase):
             now=self._clock(),
         )
         row = _rules.record_to_row(record, None)
-        with self._transaction() as tx:
+
+        def insert(tx: Transaction) -> Claim:
             while True:
                 inserted = tx.query(self._insert_sql, row)
                 if inserted:
@@ -150,6 +163,8 @@ class SQLResultStore(StoreBase):
                 existing = tx.query(self._get_sql, _key_params(key))
                 if existing:
                     return Claim(won=False, record=_rules.record_from_row(existing[0]))
+
+        return self._write(insert)
 
     def get(self, key: CallKey) -> CallRecord | None:
         with self._reading() as tx:
@@ -189,18 +204,27 @@ class SQLResultStore(StoreBase):
     def prune(self, *, older_than: float) -> int:
         validate_older_than(older_than)
         prunable = sorted(state.value for state in PRUNABLE_STATES)
-        with self._transaction() as tx:
-            return tx.execute(self._prune_sql, [*prunable, self._clock() - older_than])
+        params = [*prunable, self._clock() - older_than]
+        return self._write(lambda tx: tx.execute(self._prune_sql, params))
+
+    def mark(self, key: CallKey, state: CallState) -> None:
+        self._write(
+            lambda tx: self._update_in(tx, key, functools.partial(_mark_to, state)),
+            synced=False,
+        )
 
     def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
         # Sorted, so two workers marking overlapping calls lock rows in the same order.
         ordered = sorted(changes, key=lambda change: _key_params(change[0]))
         if not ordered:
             return
-        with self._transaction() as tx:
+
+        def mark_all(tx: Transaction) -> None:
             for key, state in ordered:
                 with contextlib.suppress(UnknownCallError):
                     self._update_in(tx, key, functools.partial(_mark_to, state))
+
+        self._write(mark_all, synced=False)
 
     def _update(
         self,
@@ -209,8 +233,7 @@ class SQLResultStore(StoreBase):
         *,
         result_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
-        with self._transaction() as tx:
-            return self._update_in(tx, key, decide, result_text)
+        return self._write(lambda tx: self._update_in(tx, key, decide, result_text))
 
     def _update_in(
         self,

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import tenacity
 
 from ._base import Clock
 from ._exceptions import StoreClosedError, StoreSchemaError, StoreUnavailableError
-from ._records import CallKey, CallState
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
 __all__ = ["SQLiteResultStore"]
 
 _TABLE = "openagentcore_calls"
+#: The most callers' changes one group commit takes.
+_GROUP_LIMIT = 64
+
+T = TypeVar("T")
 
 
 class _SQLiteTransaction:
@@ -33,6 +37,24 @@ class _SQLiteTransaction:
         return self._connection.execute(sql, params).rowcount
 
 
+class _PendingWrite(Generic[T]):
+    """One caller's change, waiting for the group commit that runs it."""
+
+    __slots__ = ("done", "error", "result", "synced", "work")
+
+    def __init__(self, work: Callable[[Transaction], T], synced: bool) -> None:
+        self.work = work
+        self.synced = synced
+        self.done = False
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return cast(T, self.result)
+
+
 class SQLiteResultStore(SQLResultStore):
     """Records in a SQLite file that several threads and processes can share.
 
@@ -42,7 +64,10 @@ class SQLiteResultStore(SQLResultStore):
     the last synced write, so a runner sends those saved results again (the server takes
     an identical resubmission as a retry). Writers take the database lock up front
     (``BEGIN IMMEDIATE``) and wait up to ``busy_timeout`` seconds for each other; after
-    that the method raises :class:`StoreUnavailableError`. The file must be on a local
+    that the method raises :class:`StoreUnavailableError`. Changes that threads of one
+    store make at the same time share a transaction and its disk sync (group commit): a
+    thread that finds the write lock busy queues its change, and the next thread to take
+    the lock commits every queued change at once. The file must be on a local
     disk: SQLite locking is unreliable over network file systems, so use
     :class:`PostgresResultStore` for many hosts. The schema is created on first use and
     versioned in ``PRAGMA user_version``.
@@ -58,6 +83,8 @@ class SQLiteResultStore(SQLResultStore):
         super().__init__(table=_TABLE, clock=clock)
         self._path = os.fspath(path)
         self._lock = threading.RLock()
+        self._pending: collections.deque[_PendingWrite[Any]] = collections.deque()
+        self._synchronous = "FULL"
         try:
             connection = sqlite3.connect(
                 self._path,
@@ -131,26 +158,54 @@ class SQLiteResultStore(SQLResultStore):
                 # PRAGMA takes no parameters; ``latest`` is an int from this module.
                 tx.execute(f"PRAGMA user_version = {latest:d}")
 
-    def mark(self, key: CallKey, state: CallState) -> None:
-        with self._unsynced():
-            super().mark(key, state)
-
-    def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
-        with self._unsynced():
-            super().mark_many(changes)
-
-    @contextmanager
-    def _unsynced(self) -> Iterator[None]:
-        """Commit progress marks without waiting for the disk: they are bookkeeping (a
-        lost one costs an identical resubmission), and the next synced commit flushes
-        them too."""
+    def _write(self, work: Callable[[Transaction], T], *, synced: bool = True) -> T:
+        pending = _PendingWrite(work, synced)
+        self._pending.append(pending)
         with self._lock:
-            connection = self._open_connection()
-            connection.execute("PRAGMA synchronous=NORMAL")
-            try:
-                yield
-            finally:
-                connection.execute("PRAGMA synchronous=FULL")
+            while not pending.done:
+                self._commit_pending()
+        return pending.outcome()
+
+    def _commit_pending(self) -> None:
+        """Run the queued changes in one transaction, each under a savepoint so that one
+        change's error undoes only that change; a failed commit fails them all."""
+        batch = [self._pending.popleft() for _ in range(min(len(self._pending), _GROUP_LIMIT))]
+        try:
+            # Progress marks alone need not wait for the disk: a lost one costs an
+            # identical resubmission, and the next synced commit flushes them too.
+            self._set_synchronous("FULL" if any(p.synced for p in batch) else "NORMAL")
+            with self._transaction() as tx:
+                if len(batch) == 1:  # alone: its error rolls back the whole transaction
+                    batch[0].result = batch[0].work(tx)
+                    return
+                for pending in batch:
+                    tx.execute("SAVEPOINT change")
+                    try:
+                        pending.result = pending.work(tx)
+                    except sqlite3.Error:
+                        raise  # the database failed: the whole batch fails
+                    except Exception as exc:
+                        tx.execute("ROLLBACK TO change")
+                        pending.error = exc
+                    tx.execute("RELEASE change")
+        except BaseException as exc:
+            failure = exc
+            if not isinstance(exc, Exception):  # KeyboardInterrupt in the committing thread
+                failure = StoreUnavailableError(
+                    f"a change to {self._path!r} was interrupted before it was committed; retry it"
+                )
+            for pending in batch:
+                pending.result, pending.error = None, failure
+            if failure is not exc:
+                raise
+        finally:
+            for pending in batch:
+                pending.done = True
+
+    def _set_synchronous(self, level: str) -> None:
+        if level != self._synchronous:
+            self._open_connection().execute(f"PRAGMA synchronous={level}")
+            self._synchronous = level
 
     def _open_connection(self) -> sqlite3.Connection:
         if self._connection is None:
