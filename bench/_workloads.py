@@ -10,7 +10,10 @@ Contenders, all serving the same no-op (or sleeping) function ``work(n)``:
   in-memory one (AsyncFunctionRunner for the many-Sessions workload);
 - ``openai``: openai 3.51's ``sessions.stream(..., tool_handlers=...)`` helper;
 - ``raw``: a bare httpx loop that reads the event stream and posts each result, with no
-  SDK, no store and no checks: the lower bound for this server and transport.
+  SDK, no store and no checks: the lower bound for this server and transport;
+- ``raw_durable``: the raw loop plus the two synced SQLite commits a crash-safe runner
+  needs (the call recorded before it runs, its result before it is posted), written
+  with bare ``sqlite3``: the lower bound for durable serving on this machine.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import json
 import os
 import resource
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -148,21 +152,47 @@ def _turn_driver(
                 stream.until_done()
 
         return helper
-    if contender == "raw":
+    if contender in ("raw", "raw_durable"):
         http = httpx.Client(
             base_url=args["base_url"],
             headers={"Authorization": f"Bearer {args['api_key']}", "OpenAI-Beta": "agents=v1"},
             timeout=RUN_TIMEOUT,
         )
+        journal = _Journal(Path(directory) / "raw.db") if contender == "raw_durable" else None
 
         def raw(session_id: str, text: str) -> None:
-            _raw_turn(http, session_id, text, work)
+            _raw_turn(http, session_id, text, work, journal)
 
         return raw
     raise ValueError(f"unknown contender {contender!r}")
 
 
-def _raw_turn(http: httpx.Client, session_id: str, text: str, work: Work) -> None:
+class _Journal:
+    """The two synced commits of durable serving, with nothing else: a row inserted
+    before the call runs and its result written before it is posted."""
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("CREATE TABLE calls (call_id TEXT PRIMARY KEY, result TEXT)")
+
+    def started(self, call_id: str) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        self._db.execute("INSERT INTO calls (call_id) VALUES (?)", (call_id,))
+        self._db.execute("COMMIT")
+
+    def finished(self, call_id: str, result: dict[str, Any]) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        self._db.execute(
+            "UPDATE calls SET result = ? WHERE call_id = ?", (json.dumps(result), call_id)
+        )
+        self._db.execute("COMMIT")
+
+
+def _raw_turn(
+    http: httpx.Client, session_id: str, text: str, work: Work, journal: _Journal | None
+) -> None:
     path = f"/agents/sessions/{session_id}/events"
     with http.stream("GET", path, headers={"Accept": "text/event-stream"}) as stream:
         message = {"role": "user", "content": [{"type": "input_text", "text": text}]}
@@ -176,6 +206,8 @@ def _raw_turn(http: httpx.Client, session_id: str, text: str, work: Work) -> Non
             kind = event["type"]
             if kind == "agent.session.turn.item.added" and event["item"]["type"] == "function_call":
                 item = event["item"]
+                if journal is not None:
+                    journal.started(item["call_id"])
                 result = {
                     "type": TOOL_RESULT,
                     "turn_id": item["turn_id"],
@@ -183,6 +215,8 @@ def _raw_turn(http: httpx.Client, session_id: str, text: str, work: Work) -> Non
                     "success": True,
                     "output": work.run(**item["arguments"]),
                 }
+                if journal is not None:
+                    journal.finished(item["call_id"], result)
                 http.post(path, json={"events": [result]}).raise_for_status()
             elif kind in ("agent.session.turn.completed", "agent.session.turn.failed"):
                 return

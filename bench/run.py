@@ -133,7 +133,7 @@ class Capacity:
 
 # -- 1. per-call overhead ------------------------------------------------------------------
 
-PER_CALL = ("raw", "openai", "ours_memory", "ours_sqlite")
+PER_CALL = ("raw", "raw_durable", "openai", "ours_memory", "ours_sqlite")
 
 
 def per_call(sizes: Sizes, capacity: Capacity) -> Outcome:
@@ -160,7 +160,8 @@ def per_call(sizes: Sizes, capacity: Capacity) -> Outcome:
                 medians[name],
                 percentile(values, 0.99) * 1000,
                 medians[name] / medians["raw"],
-                f"n={len(values)}; ratio to raw",
+                f"n={len(values)}; ratio to raw; "
+                f"{medians[name] / medians['raw_durable']:.2f}x raw_durable",
             )
         )
     outcome.goals.append(
