@@ -26,6 +26,7 @@ from ._errors import (
     _transport_error,
     status_error,
 )
+from ._network import async_http_transport
 from ._retry import RetryPolicy
 
 __all__ = [
@@ -340,9 +341,11 @@ class AsyncTransport(_ClientCore):
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(
             timeout=self.timeout,
-            limits=httpx.Limits(
-                max_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
-                max_keepalive_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
+            transport=async_http_transport(
+                httpx.Limits(
+                    max_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
+                    max_keepalive_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
+                )
             ),
         )
         # A client passed in keeps its own limits.
@@ -352,7 +355,7 @@ class AsyncTransport(_ClientCore):
             else contextlib.nullcontext()
         )
         self._stream_http = http_client or httpx.AsyncClient(
-            timeout=self.timeout, limits=STREAM_CONNECTION_LIMITS
+            timeout=self.timeout, transport=async_http_transport(STREAM_CONNECTION_LIMITS)
         )
 
     async def request(self, options: RequestOptions, parse: Callable[[Any], T] | None) -> T | None:
