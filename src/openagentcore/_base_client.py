@@ -26,7 +26,7 @@ from ._errors import (
     _transport_error,
     status_error,
 )
-from ._network import async_http_transport
+from ._network import new_async_http_client
 from ._retry import RetryPolicy
 
 __all__ = [
@@ -339,24 +339,25 @@ class AsyncTransport(_ClientCore):
             default_headers=default_headers,
         )
         self._owns_http = http_client is None
-        self._http = http_client or httpx.AsyncClient(
+        self._request_slots: contextlib.AbstractAsyncContextManager[Any]
+        if http_client is not None:
+            # A client passed in serves requests and streams alike, with its own limits.
+            self._http = self._stream_http = http_client
+            self._request_slots = contextlib.nullcontext()
+            return
+        ssl_context = httpx.create_ssl_context()  # the CA bundle, loaded once for both
+        self._http = new_async_http_client(
             timeout=self.timeout,
-            transport=async_http_transport(
-                httpx.Limits(
-                    max_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
-                    max_keepalive_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
-                )
+            limits=httpx.Limits(
+                max_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
+                max_keepalive_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
             ),
+            ssl_context=ssl_context,
         )
-        # A client passed in keeps its own limits.
-        self._request_slots: contextlib.AbstractAsyncContextManager[Any] = (
-            asyncio.Semaphore(MAX_CONCURRENT_ASYNC_REQUESTS)
-            if http_client is None
-            else contextlib.nullcontext()
+        self._stream_http = new_async_http_client(
+            timeout=self.timeout, limits=STREAM_CONNECTION_LIMITS, ssl_context=ssl_context
         )
-        self._stream_http = http_client or httpx.AsyncClient(
-            timeout=self.timeout, transport=async_http_transport(STREAM_CONNECTION_LIMITS)
-        )
+        self._request_slots = asyncio.Semaphore(MAX_CONCURRENT_ASYNC_REQUESTS)
 
     async def request(self, options: RequestOptions, parse: Callable[[Any], T] | None) -> T | None:
         response = await self.send(options)

@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
 import httpcore
 import httpx
 
-__all__ = ["AsyncioBackend", "async_http_transport"]
+__all__ = ["AsyncioBackend", "async_http_transport", "new_async_http_client"]
 
 logger = logging.getLogger("openagentcore")
 
@@ -167,7 +168,11 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
+            # Close politely, give the loop one turn to flush, then drop the socket: a
+            # peer that never reads or never answers TLS close_notify must not keep it.
             self._transport.close()
+            await asyncio.sleep(0)
+            self._transport.abort()
 
     async def start_tls(
         self,
@@ -212,10 +217,14 @@ async def _connect(
         raise httpcore.ConnectTimeout("timed out connecting") from exc
     except OSError as exc:
         raise httpcore.ConnectError(str(exc)) from exc
-    sock = transport.get_extra_info("socket")
-    for option in socket_options or ():
-        sock.setsockopt(*option)
-    return AsyncioStream(cast(asyncio.Transport, transport), connection)
+    opened = cast(asyncio.Transport, transport)
+    try:
+        for option in socket_options or ():
+            opened.get_extra_info("socket").setsockopt(*option)
+    except OSError as exc:
+        opened.abort()
+        raise httpcore.ConnectError(f"cannot set socket option: {exc}") from exc
+    return AsyncioStream(opened, connection)
 
 
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
@@ -258,15 +267,34 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
-def async_http_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+def new_async_http_client(
+    *, timeout: httpx.Timeout, limits: httpx.Limits, ssl_context: ssl.SSLContext
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` whose connections use :class:`AsyncioBackend`.
+
+    httpx honours the ``HTTP(S)_PROXY`` variables only in transports it builds itself,
+    so when one is set the client keeps httpx's own transport (and backend).
+    """
+    if environment_proxies():
+        return httpx.AsyncClient(timeout=timeout, limits=limits, verify=ssl_context)
+    return httpx.AsyncClient(timeout=timeout, transport=async_http_transport(limits, ssl_context))
+
+
+def environment_proxies() -> bool:
+    """Whether the environment names a proxy that httpx would route requests through."""
+    return any(scheme in ("http", "https", "all") for scheme in urllib.request.getproxies())
+
+
+def async_http_transport(
+    limits: httpx.Limits, ssl_context: ssl.SSLContext
+) -> httpx.AsyncHTTPTransport:
     """httpx's transport with its connection pool rebuilt on :class:`AsyncioBackend`.
 
     httpx has no public way to choose httpcore's network backend, so this replaces the
     transport's pool, a private attribute. If a later httpx stores it differently, the
     transport keeps httpx's own pool and works as before, only slower (logged at debug
-    level).
+    level; ``tests/client/test_network.py`` fails on such an httpx).
     """
-    ssl_context = httpx.create_ssl_context()
     transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits)
     if not isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
         logger.debug("httpx %s keeps its pool elsewhere; using its own backend", httpx.__version__)

@@ -54,6 +54,9 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return recorded
 
 
+_create_ssl_context = httpx.create_ssl_context
+
+
 @pytest.fixture(scope="session")
 def _shared_tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
@@ -71,9 +74,10 @@ def _fast_client_construction(
     ) -> ssl.SSLContext:
         if verify is True and cert is None:
             return _shared_tls_context
-        return httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+        return _create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
 
     monkeypatch.setattr("httpx._transports.default.create_ssl_context", shared)
+    monkeypatch.setattr(httpx, "create_ssl_context", shared)  # the AsyncClient calls it
 
 
 @pytest.fixture

@@ -207,7 +207,7 @@ def tls_server(certificate: tuple[Path, Path]) -> Iterator[_LocalServer]:
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client on the module's transport, as the SDK builds it."""
     async with httpx.AsyncClient(
-        transport=async_http_transport(LIMITS), timeout=SAFETY_TIMEOUT
+        transport=async_http_transport(LIMITS, httpx.create_ssl_context()), timeout=SAFETY_TIMEOUT
     ) as http:
         yield http
 
@@ -263,6 +263,20 @@ async def test_sdk_async_client_leaves_a_given_http_client_untouched() -> None:
     assert not isinstance(pool_before._network_backend, AsyncioBackend)
     assert not given.is_closed
     await given.aclose()
+
+
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "http_proxy", "ALL_PROXY"])
+async def test_sdk_async_client_keeps_httpx_transports_when_a_proxy_is_configured(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """httpx routes through environment proxies only with transports it builds itself,
+    so the backend must step aside rather than bypass a configured proxy."""
+    monkeypatch.setenv(variable, "http://proxy.invalid:3128")
+
+    async with AsyncClient(api_key=API_KEY, base_url=BASE_URL) as sdk:
+        for http in (sdk._transport._http, sdk._transport._stream_http):
+            assert not isinstance(_pool_of(http)._network_backend, AsyncioBackend)
+            assert any(mount is not None for mount in http._mounts.values())
 
 
 # Plain HTTP exchanges
@@ -418,7 +432,9 @@ async def test_request_cancelled_mid_body_frees_its_connection(server: _LocalSer
     out waiting for the pool."""
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     timeout = httpx.Timeout(SAFETY_TIMEOUT, pool=1.0)
-    async with httpx.AsyncClient(transport=async_http_transport(limits), timeout=timeout) as http:
+    async with httpx.AsyncClient(
+        transport=async_http_transport(limits, httpx.create_ssl_context()), timeout=timeout
+    ) as http:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(http.get(server.url("/stall")), 0.3)
         assert server.stalled.is_set(), "cancelled before the body started; not mid-read"
@@ -506,11 +522,32 @@ async def test_stream_extra_info_names_its_addresses_and_socket(server: _LocalSe
         await stream.aclose()
 
 
+async def test_closing_drops_the_socket_even_with_unsent_data() -> None:
+    """A peer that stops reading leaves a request body stuck in the write buffer; a
+    polite close alone would keep the socket (and the body) until the peer reads."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        stream = await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=SAFETY_TIMEOUT)
+        peer, _ = listener.accept()  # accepted, and never read from
+        with peer:
+            with pytest.raises(httpcore.WriteTimeout):
+                await stream.write(BIG_BODY * 4, timeout=0.2)
+            sock = stream.get_extra_info("socket")
+
+            await stream.aclose()
+            for _ in range(3):  # asyncio closes the socket on a later turn of the loop
+                await asyncio.sleep(0)
+
+            assert sock.fileno() == -1
+
+
 async def test_many_concurrent_requests_share_a_limited_pool(server: _LocalServer) -> None:
     """100 requests through 16 connections: waiting for, and reusing, connections."""
     limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+    # The last of 100 queued requests waits for all before it; only a stuck pool is slow.
+    timeout = httpx.Timeout(SAFETY_TIMEOUT, pool=30.0)
     async with httpx.AsyncClient(
-        transport=async_http_transport(limits), timeout=SAFETY_TIMEOUT
+        transport=async_http_transport(limits, httpx.create_ssl_context()), timeout=timeout
     ) as http:
         responses = await asyncio.gather(*(http.get(server.url("/ok")) for _ in range(100)))
 
