@@ -97,6 +97,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
 
     def do_POST(self) -> None:
+        if self.path == "/echo-when-released":
+            self.server.release.wait(SAFETY_TIMEOUT)
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self._answer(body, self.headers.get("Content-Type", "application/octet-stream"))
 
@@ -295,30 +297,27 @@ async def test_json_body_is_posted_and_echoed_back(
     assert json.loads(response.request.content) == payload
 
 
-def _count_calls(monkeypatch: pytest.MonkeyPatch, method: str) -> list[None]:
-    """Patches a ``_Connection`` method to note each call; returns the growing notes."""
-    calls: list[None] = []
-    original = getattr(_Connection, method)
-
-    def noting(connection: _Connection, *args: Any) -> Any:
-        calls.append(None)
-        return original(connection, *args)
-
-    monkeypatch.setattr(_Connection, method, noting)
-    return calls
-
-
 async def test_large_upload_is_echoed_intact(
     client: httpx.AsyncClient, server: _LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A body larger than the socket buffers makes asyncio pause writing; the request
-    must wait for resume_writing and still deliver every byte."""
-    pauses = _count_calls(monkeypatch, "pause_writing")
+    must wait for resume_writing and still deliver every byte. The server reads nothing
+    until the client has paused, so the buffers fill however large the kernel makes them."""
+    paused = asyncio.Event()
+    original = _Connection.pause_writing
 
-    response = await client.post(server.url("/echo"), content=BIG_BODY)
+    def pause_writing_noted(connection: _Connection) -> None:
+        original(connection)
+        paused.set()
+
+    monkeypatch.setattr(_Connection, "pause_writing", pause_writing_noted)
+
+    upload = asyncio.ensure_future(client.post(server.url("/echo-when-released"), content=BIG_BODY))
+    await asyncio.wait_for(paused.wait(), SAFETY_TIMEOUT)
+    server.release.set()
+    response = await upload
 
     assert response.content == BIG_BODY
-    assert pauses, "the upload never filled the socket buffers; the test lost its point"
 
 
 async def test_large_streamed_download_survives_paused_reading(
