@@ -352,7 +352,6 @@ class _App:
         )
 
     async def _event_stream(self, subscriber: Subscriber) -> AsyncIterator[str]:
-        faults = self.engine.faults
         sent = 0
         try:
             yield ": connected\n\n"
@@ -362,23 +361,43 @@ class _App:
                 except asyncio.TimeoutError:
                     yield ": keepalive\n\n"
                     continue
-                if event is None:
-                    if subscriber.overflowed:
-                        yield _sse_frame(_interrupted(subscriber.session_id))
-                    return
-                yield _sse_frame(event)
-                sent += 1
-                if faults.duplicate_every and sent % faults.duplicate_every == 0:
-                    yield _sse_frame(event)
-                if faults.close_stream_after and sent >= faults.close_stream_after:
-                    return
-                if subscriber.until_idle and event["type"] in (
-                    "agent.session.idle",
-                    "agent.session.failed",
-                ):
+                # Events already queued go out in one write: a burst costs one system
+                # call, and a client that vanished mid-burst is written to once, not once
+                # per event (asyncio logs a warning from the fifth write to a lost socket).
+                frames: list[str] = []
+                while True:
+                    sent, ends = self._frame(subscriber, event, sent, frames)
+                    if ends or not subscriber.has_queued():
+                        break
+                    event = await subscriber.next(self.keepalive_interval)
+                if frames:
+                    yield "".join(frames)
+                if ends:
                     return
         finally:
             self.engine.unsubscribe(subscriber)
+
+    def _frame(
+        self, subscriber: Subscriber, event: dict[str, Any] | None, sent: int, frames: list[str]
+    ) -> tuple[int, bool]:
+        """Append ``event``'s SSE frames (faults applied); returns the count of events
+        sent so far and whether the stream ends after them."""
+        faults = self.engine.faults
+        if event is None:
+            if subscriber.overflowed:
+                frames.append(_sse_frame(_interrupted(subscriber.session_id)))
+            return sent, True
+        frames.append(_sse_frame(event))
+        sent += 1
+        if faults.duplicate_every and sent % faults.duplicate_every == 0:
+            frames.append(_sse_frame(event))
+        if faults.close_stream_after and sent >= faults.close_stream_after:
+            return sent, True
+        ends = subscriber.until_idle and event["type"] in (
+            "agent.session.idle",
+            "agent.session.failed",
+        )
+        return sent, ends
 
     # -- turns and items -----------------------------------------------------------------
 

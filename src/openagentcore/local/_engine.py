@@ -128,6 +128,10 @@ class Subscriber:
         self._queue.append(_CLOSE)
         self._ready.set()
 
+    def has_queued(self) -> bool:
+        """Whether :meth:`next` would return without waiting."""
+        return bool(self._queue) or self.overflowed
+
     async def next(self, timeout: float) -> dict[str, Any] | None:
         """The next event; ``None`` when the stream must end; ``TimeoutError`` when idle."""
         while not self._queue and not self.overflowed:
