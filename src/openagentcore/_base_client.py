@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import uuid
@@ -128,7 +129,11 @@ class _ClientCore:
         if not url.raw_path.endswith(b"/"):
             url = url.copy_with(raw_path=url.raw_path + b"/")
         self.base_url = url
-        self._urls: dict[str, httpx.URL] = {}
+        # Joining parses and validates the whole URL; a runner posts to the same few
+        # paths over and over, so the joined URLs are remembered.
+        self._url: Callable[[str], httpx.URL] = functools.lru_cache(maxsize=_URL_CACHE_SIZE)(
+            self._join
+        )
         if timeout is None:
             self.timeout = DEFAULT_TIMEOUT
         elif isinstance(timeout, httpx.Timeout):
@@ -163,15 +168,8 @@ class _ClientCore:
         # recognises the repeat. One key per logical call, reused on every retry.
         return new_idempotency_key() if options.method == "POST" else None
 
-    def _url(self, path: str) -> httpx.URL:
-        # Joining parses and validates the whole URL; a runner posts to the same few
-        # paths over and over, so remember them (bounded: cleared when full).
-        url = self._urls.get(path)
-        if url is None:
-            if len(self._urls) >= _URL_CACHE_SIZE:
-                self._urls.clear()
-            url = self._urls[path] = self.base_url.join(path.lstrip("/"))
-        return url
+    def _join(self, path: str) -> httpx.URL:
+        return self.base_url.join(path.lstrip("/"))
 
     def _build_kwargs(self, options: RequestOptions) -> dict[str, Any]:
         kwargs: dict[str, Any] = {

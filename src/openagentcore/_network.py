@@ -59,8 +59,9 @@ class _Connection(asyncio.Protocol):
         self.error: BaseException | None = None
         self.reading_paused = False
         self.writing_paused = False
-        self.read_waiter: asyncio.Future[None] | None = None
-        self.write_waiter: asyncio.Future[None] | None = None
+        #: Wake the stream's pending read (data, EOF, loss) or write (drained, loss).
+        self.data_arrived = _Wakeup()
+        self.drained = _Wakeup()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -70,50 +71,56 @@ class _Connection(asyncio.Protocol):
         if len(self.buffer) > _HIGH_WATER and not self.reading_paused and self.transport:
             self.reading_paused = True
             self.transport.pause_reading()
-        _wake(self.read_waiter)
+        self.data_arrived.wake()
 
     def eof_received(self) -> bool | None:
         self.eof = True
-        _wake(self.read_waiter)
+        self.data_arrived.wake()
         return None  # let the transport close itself
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost, self.error = True, exc
-        _wake(self.read_waiter)
-        _wake(self.write_waiter)
+        self.data_arrived.wake()
+        self.drained.wake()
 
     def pause_writing(self) -> None:
         self.writing_paused = True
 
     def resume_writing(self) -> None:
         self.writing_paused = False
-        _wake(self.write_waiter)
+        self.drained.wake()
 
     @property
     def readable(self) -> bool:
         return bool(self.buffer) or self.eof or self.lost
 
 
-def _wake(waiter: asyncio.Future[None] | None) -> None:
-    if waiter is not None and not waiter.done():
-        waiter.set_result(None)
+class _Wakeup:
+    """One coroutine's wait for a protocol callback; a timer runs only with a timeout."""
+
+    def __init__(self) -> None:
+        self._waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Return once woken; raise ``TimeoutError`` after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(max(timeout, 0.0), _expire, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_exception(TimeoutError())
-
-
-async def _wait(waiter: asyncio.Future[None], timeout: float | None) -> None:
-    """Await ``waiter``; with a timeout, a timer fails it with ``TimeoutError``."""
-    if timeout is None:
-        await waiter
-        return
-    timer = asyncio.get_running_loop().call_later(max(timeout, 0.0), _expire, waiter)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
 
 
 class AsyncioStream(httpcore.AsyncNetworkStream):
@@ -133,13 +140,10 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                 if connection.error is not None:
                     raise httpcore.ReadError(str(connection.error)) from connection.error
                 return b""
-            connection.read_waiter = asyncio.get_running_loop().create_future()
             try:
-                await _wait(connection.read_waiter, timeout)
+                await connection.data_arrived.wait(timeout)
             except TimeoutError as exc:
                 raise httpcore.ReadTimeout("timed out reading the response") from exc
-            finally:
-                connection.read_waiter = None
         data = bytes(connection.buffer[:max_bytes])
         del connection.buffer[:max_bytes]
         if connection.reading_paused and len(connection.buffer) < _HIGH_WATER // 4:
@@ -155,13 +159,10 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             raise httpcore.WriteError(str(connection.error or "the connection is closed"))
         self._transport.write(buffer)
         while connection.writing_paused and not connection.lost:
-            connection.write_waiter = asyncio.get_running_loop().create_future()
             try:
-                await _wait(connection.write_waiter, timeout)
+                await connection.drained.wait(timeout)
             except TimeoutError as exc:
                 raise httpcore.WriteTimeout("timed out sending the request") from exc
-            finally:
-                connection.write_waiter = None
         if connection.lost and connection.error is not None:
             raise httpcore.WriteError(str(connection.error)) from connection.error
 
