@@ -36,7 +36,7 @@ def test_sqlite_store_uses_wal_and_records_its_schema_version(tmp_path: Path) ->
     connection = sqlite3.connect(path)
     try:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert connection.execute("PRAGMA user_version").fetchone() == (1,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (2,)
         indexes = {row[1] for row in connection.execute("PRAGMA index_list(openagentcore_calls)")}
         assert "openagentcore_calls_state_updated_idx" in indexes
     finally:

@@ -75,6 +75,24 @@ class StoreBase(abc.ABC):
     def mark(self, key: CallKey, state: CallState) -> None:
         self._update(key, lambda current, now: _rules.mark(current, state, now=now))
 
+    def mark_in_doubt(self, key: CallKey, *, owner: str, expected_attempts: int) -> bool:
+        _, changed = self._update(
+            key,
+            lambda current, now: _rules.mark_in_doubt(
+                current, owner=owner, expected_attempts=expected_attempts, now=now
+            ),
+        )
+        return changed
+
+    def release(self, key: CallKey, *, owner: str) -> bool:
+        try:
+            _, changed = self._update(
+                key, lambda current, now: _rules.release(current, owner=owner, now=now)
+            )
+        except UnknownCallError:
+            return False
+        return changed
+
     def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
         for key, state in changes:
             with contextlib.suppress(UnknownCallError):
@@ -84,12 +102,14 @@ class StoreBase(abc.ABC):
     def _update(
         self,
         key: CallKey,
-        decide: Callable[[CallRecord, float], CallRecord | None],
+        decide: Callable[[CallRecord, float], _rules.Decision],
         *,
         result_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
         """Atomically read ``key``'s record, let ``decide`` compute its next version
-        (``None``: no change) and store it; raise ``UnknownCallError`` if missing."""
+        (``None``: no change; ``_rules.DELETE``: delete it) and store it; returns the
+        record now stored (the old one if deleted) and whether anything changed. Raises
+        ``UnknownCallError`` if missing."""
 
     @abc.abstractmethod
     def close(self) -> None:

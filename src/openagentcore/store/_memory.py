@@ -44,7 +44,9 @@ class MemoryResultStore(StoreBase):
             rows = self._open_rows()
             existing = rows.get(key)
             if existing is not None:
-                return Claim(won=False, record=_rules.record_from_row(existing))
+                record = _rules.record_from_row(existing)
+                stale = _rules.is_stale(record, now=self._clock())
+                return Claim(won=False, record=record, stale=stale)
             record = _rules.started_record(
                 key,
                 function_name=function_name,
@@ -106,7 +108,7 @@ class MemoryResultStore(StoreBase):
     def _update(
         self,
         key: CallKey,
-        decide: Callable[[CallRecord, float], CallRecord | None],
+        decide: Callable[[CallRecord, float], _rules.Decision],
         *,
         result_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
@@ -119,6 +121,9 @@ class MemoryResultStore(StoreBase):
             updated = decide(current, self._clock())
             if updated is None:
                 return current, False
+            if isinstance(updated, _rules.Delete):
+                del rows[key]
+                return current, True
             stored_text = row[6] if row[6] is not None else result_text
             rows[key] = _rules.record_to_row(updated, stored_text)
             return updated, True

@@ -24,6 +24,15 @@ __all__ = ["PostgresResultStore"]
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
 
+#: The database server's time in Unix seconds; ``clock_timestamp()`` moves within a
+#: transaction, unlike ``now()``.
+_DATABASE_NOW = "extract(epoch from clock_timestamp())::float8"
+
+
+def _milliseconds(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
 class _PostgresTransaction:
     def __init__(self, connection: psycopg.Connection[tuple[Any, ...]]) -> None:
         self._connection = connection
@@ -46,12 +55,23 @@ class PostgresResultStore(SQLResultStore):
     ``pool_size`` connections; waiting longer than ``pool_timeout`` seconds for one, or
     losing the server, raises :class:`StoreUnavailableError`.
 
-    Leases and ``updated_at`` use each runner's own clock: keep hosts NTP-synchronized and
-    leases much longer than their skew. Requires ``pip install 'openagentcore[postgres]'``.
+    Leases, staleness and ``updated_at`` use the database server's clock
+    (``clock_timestamp()``), read in the same statement that reads the row, so workers
+    whose clocks disagree still agree on when a lease expires. Pass ``clock`` only to
+    control time in tests.
+
+    Every connection runs at READ COMMITTED: each change locks its row (``FOR UPDATE`` or
+    the insert's conflict check) before deciding, so it always decides on the latest
+    committed row and a stronger level would only add serialization failures. A statement
+    that waits longer than ``lock_timeout`` seconds for a lock, or runs longer than
+    ``statement_timeout`` seconds, fails with :class:`StoreUnavailableError` (retry it),
+    so one stuck transaction cannot stall lease renewal past the lease. Requires
+    ``pip install 'openagentcore[postgres]'``.
     """
 
     _row_lock_clause = " FOR UPDATE"
     _placeholder = "%s"
+    _dialect = "postgres"
 
     def __init__(
         self,
@@ -61,7 +81,9 @@ class PostgresResultStore(SQLResultStore):
         table: str = "openagentcore_calls",
         pool_size: int = 4,
         pool_timeout: float = 30.0,
-        clock: Clock = time.time,
+        lock_timeout: float = 5.0,
+        statement_timeout: float = 30.0,
+        clock: Clock | None = None,
     ) -> None:
         try:
             import psycopg
@@ -79,7 +101,27 @@ class PostgresResultStore(SQLResultStore):
                 )
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
-        super().__init__(table=f'"{schema}"."{table}"', clock=clock)
+        for field, seconds in (
+            ("lock_timeout", lock_timeout),
+            ("statement_timeout", statement_timeout),
+        ):
+            if not seconds > 0:
+                raise ValueError(f"{field} must be a positive number of seconds, got {seconds!r}")
+        super().__init__(
+            table=f'"{schema}"."{table}"',
+            clock=time.time if clock is None else clock,
+            now_sql=_DATABASE_NOW if clock is None else None,
+        )
+        settings = {
+            "lock_timeout": _milliseconds(lock_timeout),
+            "statement_timeout": _milliseconds(statement_timeout),
+        }
+
+        def configure(connection: psycopg.Connection[tuple[Any, ...]]) -> None:
+            connection.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+            for name, value in settings.items():
+                connection.execute("SELECT set_config(%s, %s, false)", (name, value))
+
         self._schema = schema
         self._table_name = table
         self._operational_error: type[Exception] = psycopg.OperationalError
@@ -90,6 +132,7 @@ class PostgresResultStore(SQLResultStore):
                 max_size=pool_size,
                 timeout=pool_timeout,
                 kwargs={"autocommit": True},
+                configure=configure,
                 check=psycopg_pool.ConnectionPool.check_connection,
                 name=f"openagentcore-store-{schema}.{table}",
                 open=False,
@@ -118,7 +161,7 @@ class PostgresResultStore(SQLResultStore):
             pool.close()
 
     def _migrate(self) -> None:
-        latest = MIGRATIONS[-1][0]
+        latest = MIGRATIONS[-1].version
         schema, table = self._schema, self._table_name
         migrations_table = f'"{schema}"."{table}_migrations"'
         lock_id = int.from_bytes(
@@ -127,6 +170,10 @@ class PostgresResultStore(SQLResultStore):
             signed=True,
         )
         with self._transaction() as tx:
+            # A migration may wait for workers' row locks and rewrite a large table: the
+            # per-statement limits meant for the workers' own changes do not apply.
+            tx.execute("SET LOCAL lock_timeout = 0")
+            tx.execute("SET LOCAL statement_timeout = 0")
             tx.query("SELECT pg_advisory_xact_lock(%s)", (lock_id,))
             # Asking first avoids needing CREATE on the database when the schema exists.
             if not tx.query("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)):
@@ -146,14 +193,14 @@ class PostgresResultStore(SQLResultStore):
                     f"{migrations_table} is at version {version}, newer than the {latest} "
                     "this openagentcore knows; upgrade openagentcore on every worker"
                 )
-            for number, description, statements in MIGRATIONS:
-                if number <= version:
+            for migration in MIGRATIONS:
+                if migration.version <= version:
                     continue
-                for statement in statements:
-                    tx.execute(statement.format(table=self._table, prefix=f"{table}_"))
+                for statement in migration.statements_for(self._dialect):
+                    tx.execute(statement.format(table=self._table, name=table, prefix=f"{table}_"))
                 tx.execute(
                     f"INSERT INTO {migrations_table} (version, description) VALUES (%s, %s)",
-                    (number, description),
+                    (migration.version, migration.description),
                 )
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:

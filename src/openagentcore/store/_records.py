@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import hashlib
@@ -11,11 +10,13 @@ import os
 import secrets
 import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "PRUNABLE_STATES",
+    "RAW_HASH_PREFIX",
     "SETTLED_STATES",
     "CallKey",
     "CallRecord",
@@ -44,6 +45,10 @@ class CallState(str, enum.Enum):
     IN_DOUBT = "in_doubt"
     #: Given up on deliberately. Nothing is left to do.
     ABANDONED = "abandoned"
+    #: The server refused the saved result (a 400 or 422). The call may still be pending
+    #: on the server, so the record is kept (never pruned) until someone settles it: a
+    #: later ``APPLIED`` (the server took a result after all) or ``ABANDONED``.
+    REJECTED = "rejected"
 
 
 #: States in which the store has nothing left to do for a call.
@@ -93,6 +98,9 @@ class Claim:
 
     won: bool
     record: CallRecord
+    #: For a lost claim: whether the stored record was stale (see ``ResultStore.is_stale``)
+    #: by the store's clock when the claim read it, so the caller need not ask again.
+    stale: bool = False
 
 
 def new_owner_id() -> str:
@@ -150,20 +158,90 @@ def idempotency_key_for(key: CallKey) -> str:
     return "oac-" + hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
 
+#: Prefix of the digest of arguments nested too deep for the JSON parser: those are hashed
+#: as the raw text, so they never match a canonical digest.
+RAW_HASH_PREFIX = "raw:"
+
+
 def arguments_hash(arguments: object) -> str:
     """A digest of the call's arguments that ignores key order and whitespace.
 
     ``arguments`` may be the JSON string the server sends or the decoded value; both hash
-    alike. A string that is not valid JSON is hashed as a plain string.
+    alike. A string that is not valid JSON is hashed as a plain string (lone surrogates
+    included), and NaN and Infinity as JavaScript spells them. Arguments come from the
+    model, so no string makes this raise: text nested too deep for the JSON parser gets a
+    digest of its raw bytes instead, prefixed with :data:`RAW_HASH_PREFIX`.
     """
-    if isinstance(arguments, str):
-        with contextlib.suppress(ValueError):
-            arguments = json.loads(arguments)
+    raw = arguments if isinstance(arguments, str) else None
+    if raw is not None:
+        try:
+            arguments = json.loads(raw)
+        except RecursionError:
+            return _raw_digest(raw)
+        except ValueError:
+            pass
     try:
-        canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        canonical = json.dumps(
+            arguments,
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
     except TypeError as exc:
-        raise TypeError(
-            f"arguments must be JSON-serializable to be hashed: {exc}. "
-            "Pass the call's arguments as received from the server."
-        ) from None
-    return hashlib.sha256(canonical.encode("utf-8", errors="surrogatepass")).hexdigest()
+        raise _not_json(exc) from None
+    except RecursionError:
+        if raw is None:
+            # A decoded value too deep for json.dumps: encode it without recursion.
+            raw = "".join(_iter_json_tokens(arguments))
+        return _raw_digest(raw)
+    return _sha256(canonical)
+
+
+def _not_json(exc: TypeError) -> TypeError:
+    return TypeError(
+        f"arguments must be JSON-serializable to be hashed: {exc}. "
+        "Pass the call's arguments as received from the server."
+    )
+
+
+def _sha256(text: str) -> str:
+    # surrogatepass: a lone surrogate in the arguments still hashes, and distinctly.
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def _raw_digest(text: str) -> str:
+    return RAW_HASH_PREFIX + _sha256(text)
+
+
+def _iter_json_tokens(value: object) -> Iterator[str]:
+    """Canonical JSON text for ``value`` without recursion, for values nested deeper
+    than ``json.dumps`` goes."""
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Token):
+            yield item.text
+        elif isinstance(item, dict):
+            parts: list[object] = [_Token("{")]
+            for index, name in enumerate(sorted(item, key=str)):
+                if index:
+                    parts.append(_Token(","))
+                parts += [_Token(json.dumps(str(name), ensure_ascii=False) + ":"), item[name]]
+            stack += reversed([*parts, _Token("}")])
+        elif isinstance(item, (list, tuple)):
+            parts = [_Token("[")]
+            for index, element in enumerate(item):
+                if index:
+                    parts.append(_Token(","))
+                parts.append(element)
+            stack += reversed([*parts, _Token("]")])
+        else:
+            try:
+                yield json.dumps(item, ensure_ascii=False)
+            except TypeError as exc:
+                raise _not_json(exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    text: str

@@ -28,10 +28,15 @@ __all__ = [
     "Row",
     "decode_result",
     "encode_result",
+    "DELETE",
+    "Decision",
+    "Delete",
     "is_stale",
     "mark",
+    "mark_in_doubt",
     "record_from_row",
     "record_to_row",
+    "release",
     "renew_lease",
     "save_result",
     "started_record",
@@ -59,6 +64,21 @@ COLUMNS: tuple[str, ...] = (
 Row = tuple[Any, ...]
 
 _RUNNABLE = frozenset({CallState.STARTED, CallState.IN_DOUBT})
+#: What a refused result may still become: applied (settled by hand, or the server took it
+#: after all) or abandoned. Submitting it again is a backward move.
+_AFTER_REJECTED = frozenset({CallState.APPLIED, CallState.ABANDONED})
+
+
+class Delete:
+    """Returned by a rule to delete the record instead of replacing it."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = Delete()
+#: What a rule decides: the record to store, :data:`DELETE`, or ``None`` (no change).
+Decision = CallRecord | Delete | None
 
 
 def validate_lease(lease_seconds: float) -> None:
@@ -226,10 +246,12 @@ def mark(record: CallRecord, state: CallState, *, now: float) -> CallRecord | No
     current = record.state
     if current in SETTLED_STATES:
         return None
+    if current is CallState.REJECTED and state not in _AFTER_REJECTED:
+        return None
     if state is CallState.IN_DOUBT:
         if current is not CallState.STARTED or record.has_result():
             return None
-    elif state in (CallState.SUBMITTED, CallState.APPLIED):
+    elif state in (CallState.SUBMITTED, CallState.APPLIED, CallState.REJECTED):
         if not record.has_result():
             raise InvalidTransitionError(
                 f"cannot mark call {record.key.call_id!r} {state.value!r}: it has no saved "
@@ -238,3 +260,37 @@ def mark(record: CallRecord, state: CallState, *, now: float) -> CallRecord | No
         if current is state:
             return None
     return replace(record, state=state, updated_at=now)
+
+
+def mark_in_doubt(
+    record: CallRecord, *, owner: str, expected_attempts: int, now: float
+) -> CallRecord | None:
+    """Give up on a started call without a result, if it is still the attempt the caller
+    saw (``expected_attempts``) and either ``owner`` holds it or it is stale at ``now``."""
+    if record.state is not CallState.STARTED or record.has_result():
+        return None
+    if record.attempts != expected_attempts:
+        return None
+    if record.owner != owner and not is_stale(record, now=now):
+        return None
+    return replace(record, state=CallState.IN_DOUBT, updated_at=now)
+
+
+def release(record: CallRecord, *, owner: str, now: float) -> CallRecord | Delete | None:
+    """Undo ``owner``'s claim on a call it never started running.
+
+    A first claim leaves no trace (:data:`DELETE`): nothing ever ran. A later claim puts
+    the call back in doubt with the attempt it took away, since the earlier attempt's
+    doubt remains.
+    """
+    if record.state is not CallState.STARTED or record.has_result() or record.owner != owner:
+        return None
+    if record.attempts == 1:
+        return DELETE
+    return replace(
+        record,
+        state=CallState.IN_DOUBT,
+        attempts=record.attempts - 1,
+        lease_expires_at=None,
+        updated_at=now,
+    )

@@ -6,8 +6,9 @@ import abc
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from . import _rules
@@ -30,24 +31,43 @@ class Transaction(Protocol):
         ...
 
 
-#: ``(version, description, statements)``; statements name the table ``{table}`` and
-#: prefix index names with ``{prefix}``. Append new versions; never edit old ones.
-Migration = tuple[int, str, tuple[str, ...]]
+@dataclass(frozen=True)
+class Migration:
+    """One schema version. Statements name the table ``{table}`` (quoted and qualified
+    as the store uses it), its bare name ``{name}``, and prefix index and constraint
+    names with ``{prefix}``. Append new versions; never edit old ones."""
 
-_STATE_VALUES = ", ".join(f"'{state.value}'" for state in CallState)
+    version: int
+    description: str
+    #: Run on every database.
+    statements: tuple[str, ...] = ()
+    #: Run after ``statements`` on one dialect only (``"sqlite"`` or ``"postgres"``).
+    by_dialect: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
-MIGRATIONS: tuple[Migration, ...] = (
-    (
-        1,
-        "create the calls table and its state index",
-        (
-            f"""CREATE TABLE IF NOT EXISTS {{table}} (
+    def statements_for(self, dialect: str) -> tuple[str, ...]:
+        return self.statements + tuple(self.by_dialect.get(dialect, ()))
+
+
+def _states_sql(*states: str) -> str:
+    return ", ".join(f"'{state}'" for state in states)
+
+
+# Each version spells out its states: a later CallState must not change what an old
+# migration created.
+_V1_STATES = _states_sql("started", "completed", "submitted", "applied", "in_doubt", "abandoned")
+_V2_STATES = _states_sql(
+    "started", "completed", "submitted", "applied", "in_doubt", "abandoned", "rejected"
+)
+
+
+def _create_table(table: str, states: str) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {table} (
                 session_id TEXT NOT NULL,
                 turn_id TEXT NOT NULL,
                 call_id TEXT NOT NULL,
                 function_name TEXT NOT NULL,
                 arguments_hash TEXT NOT NULL,
-                state TEXT NOT NULL CHECK (state IN ({_STATE_VALUES})),
+                state TEXT NOT NULL CHECK (state IN ({states})),
                 result TEXT,
                 idempotency_key TEXT NOT NULL,
                 attempts INTEGER NOT NULL CHECK (attempts >= 1),
@@ -56,10 +76,38 @@ MIGRATIONS: tuple[Migration, ...] = (
                 created_at DOUBLE PRECISION NOT NULL,
                 updated_at DOUBLE PRECISION NOT NULL,
                 PRIMARY KEY (session_id, turn_id, call_id)
-            )""",
-            # Serves find(states=...) and prune(); lookups by session use the primary key.
-            "CREATE INDEX IF NOT EXISTS {prefix}state_updated_idx ON {table} (state, updated_at)",
-        ),
+            )"""
+
+
+# Serves find(states=...) and prune(); lookups by session use the primary key.
+_STATE_INDEX = "CREATE INDEX IF NOT EXISTS {prefix}state_updated_idx ON {table} (state, updated_at)"
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "create the calls table and its state index",
+        (_create_table("{table}", _V1_STATES), _STATE_INDEX),
+    ),
+    Migration(
+        2,
+        "allow the state 'rejected'",
+        by_dialect={
+            # SQLite cannot alter a CHECK constraint: copy the rows into a new table (the
+            # migration runs in one transaction, so a failure leaves the old table).
+            "sqlite": (
+                _create_table("{table}_v2", _V2_STATES),
+                "INSERT INTO {table}_v2 SELECT * FROM {table}",
+                "DROP TABLE {table}",
+                "ALTER TABLE {table}_v2 RENAME TO {name}",
+                _STATE_INDEX,
+            ),
+            # The column's CHECK got PostgreSQL's default name, <table>_state_check.
+            "postgres": (
+                "ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {prefix}state_check",
+                f"ALTER TABLE {{table}} ADD CONSTRAINT {{prefix}}state_check "
+                f"CHECK (state IN ({_V2_STATES}))",
+            ),
+        },
     ),
 )
 
@@ -81,36 +129,49 @@ class SQLResultStore(StoreBase):
     Subclasses open connections and run transactions; this class decides what to write.
     Every change reads the row and writes it back in one transaction that locks the row
     (``BEGIN IMMEDIATE`` in SQLite, ``SELECT ... FOR UPDATE`` in PostgreSQL), so the
-    state rules in :mod:`._rules` see the latest row.
+    state rules in :mod:`._rules` see the latest row. The time those rules use is read in
+    the same statement as the row: from ``now_sql`` (the database's clock) when given,
+    else from ``clock``.
     """
 
     #: Appended to the row read that precedes an update.
     _row_lock_clause: ClassVar[str] = ""
     #: The driver's parameter marker.
     _placeholder: ClassVar[str] = "?"
+    #: Which of a migration's per-dialect statements apply.
+    _dialect: ClassVar[str]
 
-    def __init__(self, *, table: str, clock: Clock = time.time) -> None:
+    def __init__(self, *, table: str, clock: Clock = time.time, now_sql: str | None = None) -> None:
         super().__init__(clock=clock)
         self._table = table
+        self._now_sql = now_sql
+        # Where the time goes in a statement: the database's clock, or a parameter.
+        now = "?" if now_sql is None else now_sql
         columns = ", ".join(_rules.COLUMNS)
-        markers = ", ".join("?" for _ in _rules.COLUMNS)
+        # All but the three times, which come from ``now``.
+        values = ", ".join("?" for _ in _rules.COLUMNS[:-3])
         self._select = f"SELECT {columns} FROM {table}"
+        # The WHERE clause tells SQLite that ON CONFLICT belongs to the INSERT.
         self._insert_sql = self._sql(
-            f"INSERT INTO {table} ({columns}) VALUES ({markers}) "
+            f"INSERT INTO {table} ({columns}) SELECT {values}, n.t + ?, n.t, n.t "
+            f"FROM (SELECT {now} AS t) AS n WHERE true "
             f"ON CONFLICT (session_id, turn_id, call_id) DO NOTHING RETURNING {columns}"
         )
         self._get_sql = self._sql(f"{self._select} WHERE {_KEY_MATCH}")
-        self._get_for_update_sql = self._sql(
-            f"{self._select} WHERE {_KEY_MATCH}{self._row_lock_clause}"
+        self._get_with_now_sql = self._sql(
+            f"SELECT {columns}, {now} FROM {table} WHERE {_KEY_MATCH}"
         )
+        self._get_for_update_sql = self._get_with_now_sql + self._row_lock_clause
+        self._now_only_sql = self._sql(f"SELECT {now}")
         # COALESCE keeps the first saved result even if a caller's rules were wrong.
         self._update_sql = self._sql(
             f"UPDATE {table} SET state = ?, attempts = ?, owner = ?, lease_expires_at = ?, "
             f"updated_at = ?, result = COALESCE(result, ?) WHERE {_KEY_MATCH}"
         )
+        self._delete_sql = self._sql(f"DELETE FROM {table} WHERE {_KEY_MATCH}")
         prunable = ", ".join("?" for _ in PRUNABLE_STATES)
         self._prune_sql = self._sql(
-            f"DELETE FROM {table} WHERE state IN ({prunable}) AND updated_at < ?"
+            f"DELETE FROM {table} WHERE state IN ({prunable}) AND updated_at < {now} - ?"
         )
 
     @abc.abstractmethod
@@ -134,6 +195,16 @@ class SQLResultStore(StoreBase):
     def _sql(self, text: str) -> str:
         return text.replace("?", self._placeholder)
 
+    def _now_params(self) -> tuple[float, ...]:
+        """The parameter a ``now`` in a statement takes: none on the database's clock."""
+        return (self._clock(),) if self._now_sql is None else ()
+
+    def is_stale(self, record: CallRecord, *, now: float | None = None) -> bool:
+        if now is None and self._now_sql is not None:
+            with self._reading() as tx:
+                now = float(tx.query(self._now_only_sql)[0][0])
+        return super().is_stale(record, now=now)
+
     def claim(
         self,
         key: CallKey,
@@ -143,26 +214,31 @@ class SQLResultStore(StoreBase):
         owner: str,
         lease_seconds: float,
     ) -> Claim:
+        # The times are placeholders: the insert takes them from ``now``.
         record = _rules.started_record(
             key,
             function_name=function_name,
             arguments_hash=arguments_hash,
             owner=owner,
             lease_seconds=lease_seconds,
-            now=self._clock(),
+            now=0.0,
         )
-        row = _rules.record_to_row(record, None)
+        row = _rules.record_to_row(record, None)[:-3]
 
         def insert(tx: Transaction) -> Claim:
             while True:
-                inserted = tx.query(self._insert_sql, row)
+                inserted = tx.query(self._insert_sql, (*row, lease_seconds, *self._now_params()))
                 if inserted:
                     return Claim(won=True, record=_rules.record_from_row(inserted[0]))
                 # ON CONFLICT waited for the other inserter to commit, so its row is visible
                 # now, unless prune() deleted it in between; then the insert can succeed.
-                existing = tx.query(self._get_sql, _key_params(key))
+                existing = tx.query(
+                    self._get_with_now_sql, (*self._now_params(), *_key_params(key))
+                )
                 if existing:
-                    return Claim(won=False, record=_rules.record_from_row(existing[0]))
+                    found = _rules.record_from_row(existing[0])
+                    stale = _rules.is_stale(found, now=float(existing[0][-1]))
+                    return Claim(won=False, record=found, stale=stale)
 
         return self._write(insert)
 
@@ -204,7 +280,7 @@ class SQLResultStore(StoreBase):
     def prune(self, *, older_than: float) -> int:
         validate_older_than(older_than)
         prunable = sorted(state.value for state in PRUNABLE_STATES)
-        params = [*prunable, self._clock() - older_than]
+        params = [*prunable, *self._now_params(), older_than]
         return self._write(lambda tx: tx.execute(self._prune_sql, params))
 
     def mark(self, key: CallKey, state: CallState) -> None:
@@ -229,7 +305,7 @@ class SQLResultStore(StoreBase):
     def _update(
         self,
         key: CallKey,
-        decide: Callable[[CallRecord, float], CallRecord | None],
+        decide: Callable[[CallRecord, float], _rules.Decision],
         *,
         result_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
@@ -239,17 +315,21 @@ class SQLResultStore(StoreBase):
         self,
         tx: Transaction,
         key: CallKey,
-        decide: Callable[[CallRecord, float], CallRecord | None],
+        decide: Callable[[CallRecord, float], _rules.Decision],
         result_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
-        """Read the row under a lock, let ``decide`` compute its next version, write it."""
-        rows = tx.query(self._get_for_update_sql, _key_params(key))
+        """Read the row and the time under a lock, let ``decide`` compute its next
+        version, write it."""
+        rows = tx.query(self._get_for_update_sql, (*self._now_params(), *_key_params(key)))
         if not rows:
             raise UnknownCallError(f"no record of {key!r}; claim the call first")
         current = _rules.record_from_row(rows[0])
-        updated = decide(current, self._clock())
+        updated = decide(current, float(rows[0][-1]))
         if updated is None:
             return current, False
+        if isinstance(updated, _rules.Delete):
+            tx.execute(self._delete_sql, _key_params(key))
+            return current, True
         tx.execute(
             self._update_sql,
             (

@@ -73,6 +73,8 @@ class SQLiteResultStore(SQLResultStore):
     versioned in ``PRAGMA user_version``.
     """
 
+    _dialect = "sqlite"
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -142,7 +144,7 @@ class SQLiteResultStore(SQLResultStore):
         connection.execute("PRAGMA synchronous=FULL")
 
     def _migrate(self) -> None:
-        latest = MIGRATIONS[-1][0]
+        latest = MIGRATIONS[-1].version
         with self._transaction() as tx:
             version = int(tx.query("PRAGMA user_version")[0][0])
             if version > latest:
@@ -150,10 +152,10 @@ class SQLiteResultStore(SQLResultStore):
                     f"{self._path!r} has schema version {version}, newer than the {latest} "
                     "this openagentcore knows; upgrade openagentcore"
                 )
-            for number, _description, statements in MIGRATIONS:
-                if number > version:
-                    for statement in statements:
-                        tx.execute(statement.format(table=_TABLE, prefix=f"{_TABLE}_"))
+            for migration in MIGRATIONS:
+                if migration.version > version:
+                    for statement in migration.statements_for(self._dialect):
+                        tx.execute(statement.format(table=_TABLE, name=_TABLE, prefix=f"{_TABLE}_"))
             if version != latest:
                 # PRAGMA takes no parameters; ``latest`` is an int from this module.
                 tx.execute(f"PRAGMA user_version = {latest:d}")
