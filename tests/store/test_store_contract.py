@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 import pytest
 
 from openagentcore.store import (
+    PRUNABLE_STATES,
+    SETTLED_STATES,
     CallKey,
     CallState,
     InvalidTransitionError,
@@ -114,6 +116,27 @@ def test_threads_racing_to_claim_produce_exactly_one_winner_per_key(
     wins = Counter(key for won in race(8, claim_all) for key in won)
 
     assert wins == Counter(keys)
+
+
+def test_a_lost_claim_says_whether_the_record_is_stale(
+    store: ResultStore, clock: FakeClock
+) -> None:
+    claim(store, owner="far:1:a")
+
+    assert claim(store, owner="far:2:b").stale is False
+    clock.advance(LEASE)
+    lost = claim(store, owner="far:2:b")
+    assert (lost.won, lost.stale) == (False, True)
+    assert lost.record.owner == "far:1:a"
+
+    store.save_result(KEY, EVENT, owner=None)
+    assert claim(store, owner="far:2:b").stale is False  # a saved result is never stale
+
+
+def test_a_lost_claim_on_a_dead_owner_is_stale(store: ResultStore) -> None:
+    claim(store, owner=dead_owner())
+
+    assert claim(store, owner="far:2:b").stale is True
 
 
 def test_claim_rejects_a_non_positive_lease(store: ResultStore) -> None:
@@ -247,6 +270,9 @@ def _at_state(store: ResultStore, state: CallState) -> None:
     store.save_result(KEY, EVENT, owner="host:1:a")
     if state in (CallState.SUBMITTED, CallState.APPLIED):
         store.mark(KEY, state)
+    if state is CallState.REJECTED:
+        store.mark(KEY, CallState.SUBMITTED)
+        store.mark(KEY, CallState.REJECTED)
 
 
 S = CallState
@@ -264,11 +290,21 @@ MOVES: dict[tuple[CallState, CallState], CallState] = {
     (S.SUBMITTED, S.SUBMITTED): S.SUBMITTED,
     (S.SUBMITTED, S.APPLIED): S.APPLIED,
     (S.SUBMITTED, S.ABANDONED): S.ABANDONED,
+    (S.COMPLETED, S.REJECTED): S.REJECTED,
+    (S.SUBMITTED, S.REJECTED): S.REJECTED,
+    # A refused result is settled only by hand or by the server: applied or abandoned.
+    (S.REJECTED, S.IN_DOUBT): S.REJECTED,
+    (S.REJECTED, S.SUBMITTED): S.REJECTED,
+    (S.REJECTED, S.REJECTED): S.REJECTED,
+    (S.REJECTED, S.APPLIED): S.APPLIED,
+    (S.REJECTED, S.ABANDONED): S.ABANDONED,
     **{(S.APPLIED, to): S.APPLIED for to in (S.IN_DOUBT, S.SUBMITTED, S.APPLIED, S.ABANDONED)},
     **{(S.ABANDONED, to): S.ABANDONED for to in (S.IN_DOUBT, S.SUBMITTED, S.APPLIED, S.ABANDONED)},
+    (S.APPLIED, S.REJECTED): S.APPLIED,
+    (S.ABANDONED, S.REJECTED): S.ABANDONED,
 }
-NEEDS_RESULT = {(S.STARTED, S.SUBMITTED), (S.STARTED, S.APPLIED)}
-NEEDS_RESULT |= {(S.IN_DOUBT, S.SUBMITTED), (S.IN_DOUBT, S.APPLIED)}
+NEEDS_RESULT = {(S.STARTED, S.SUBMITTED), (S.STARTED, S.APPLIED), (S.STARTED, S.REJECTED)}
+NEEDS_RESULT |= {(S.IN_DOUBT, S.SUBMITTED), (S.IN_DOUBT, S.APPLIED), (S.IN_DOUBT, S.REJECTED)}
 
 
 @pytest.mark.parametrize(("start", "target"), sorted(MOVES, key=str))
@@ -288,7 +324,7 @@ def test_mark_moves_forward_and_never_backwards(
 
 
 @pytest.mark.parametrize(("start", "target"), sorted(NEEDS_RESULT, key=str))
-def test_mark_submitted_or_applied_needs_a_saved_result(
+def test_mark_submitted_applied_or_rejected_needs_a_saved_result(
     store: ResultStore, start: CallState, target: CallState
 ) -> None:
     _at_state(store, start)
@@ -307,6 +343,138 @@ def test_mark_refuses_states_owned_by_other_methods(store: ResultStore, target: 
 
     with pytest.raises(InvalidTransitionError, match=r"take_over|save_result"):
         store.mark(KEY, target)
+
+
+def test_a_rejected_call_keeps_its_result_and_is_never_pruned(
+    store: ResultStore, clock: FakeClock
+) -> None:
+    """Issue 11, defect 3: a refused result was stored as abandoned and pruned while the
+    call was still pending on the server, so the next runner ran it again."""
+    _at_state(store, CallState.REJECTED)
+    clock.advance(365 * 24 * 3600)
+
+    assert store.prune(older_than=0) == 0
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.result) == (CallState.REJECTED, EVENT)
+    assert not store.is_stale(record)
+    # Nobody may run it again or replace its result.
+    assert not store.take_over(KEY, owner="host:2:b", lease_seconds=LEASE, expected_attempts=1).won
+    assert store.save_result(KEY, {"type": "other"}, owner=None).result == EVENT
+    assert not claim(store, owner="host:2:b").won
+
+
+def test_rejected_calls_are_found_by_state(store: ResultStore) -> None:
+    _at_state(store, CallState.REJECTED)
+
+    assert [r.key for r in store.find(states=[CallState.REJECTED])] == [KEY]
+    assert CallState.REJECTED not in SETTLED_STATES | PRUNABLE_STATES
+
+
+# -- mark_in_doubt ----------------------------------------------------------------------
+
+
+def test_mark_in_doubt_by_the_owner_of_the_attempt(store: ResultStore) -> None:
+    claim(store)
+
+    assert not store.mark_in_doubt(KEY, owner="host:1:a", expected_attempts=2)
+    assert store.mark_in_doubt(KEY, owner="host:1:a", expected_attempts=1)
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.attempts) == (CallState.IN_DOUBT, 1)
+    # Already in doubt: nothing left to change.
+    assert not store.mark_in_doubt(KEY, owner="host:1:a", expected_attempts=1)
+
+
+def test_mark_in_doubt_spares_a_live_claim_of_another_owner(
+    store: ResultStore, clock: FakeClock
+) -> None:
+    """Issue 11, defect 10: mark(IN_DOUBT) took any started record, even one another
+    worker was still running."""
+    claim(store, owner="far:1:a")
+
+    assert not store.mark_in_doubt(KEY, owner="far:2:b", expected_attempts=1)
+    clock.advance(LEASE - 1)
+    assert not store.mark_in_doubt(KEY, owner="far:2:b", expected_attempts=1)
+    record = store.get(KEY)
+    assert record is not None
+    assert record.state is CallState.STARTED
+
+    clock.advance(1)  # the lease has run out: the claim is stale
+    assert store.mark_in_doubt(KEY, owner="far:2:b", expected_attempts=1)
+
+
+def test_mark_in_doubt_of_a_dead_owner_before_its_lease_ends(store: ResultStore) -> None:
+    claim(store, owner=dead_owner())
+
+    assert store.mark_in_doubt(KEY, owner="far:2:b", expected_attempts=1)
+
+
+def test_mark_in_doubt_misses_a_newer_attempt(store: ResultStore, clock: FakeClock) -> None:
+    claim(store, owner="far:1:a")
+    clock.advance(LEASE)
+    assert store.take_over(KEY, owner="far:2:b", lease_seconds=LEASE, expected_attempts=1).won
+
+    # The first owner's view is out of date: the second attempt is live.
+    assert not store.mark_in_doubt(KEY, owner="far:1:a", expected_attempts=1)
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.owner, record.attempts) == (CallState.STARTED, "far:2:b", 2)
+
+
+def test_mark_in_doubt_leaves_a_call_with_a_result(store: ResultStore, clock: FakeClock) -> None:
+    claim(store)
+    store.save_result(KEY, EVENT, owner=None)
+    clock.advance(LEASE * 2)
+
+    assert not store.mark_in_doubt(KEY, owner="host:1:a", expected_attempts=1)
+    record = store.get(KEY)
+    assert record is not None
+    assert record.state is CallState.COMPLETED
+
+
+def test_mark_in_doubt_of_an_unknown_call_raises(store: ResultStore) -> None:
+    with pytest.raises(UnknownCallError, match="claim"):
+        store.mark_in_doubt(KEY, owner="host:1:a", expected_attempts=1)
+
+
+# -- release ----------------------------------------------------------------------------
+
+
+def test_releasing_a_first_claim_leaves_no_record(store: ResultStore) -> None:
+    claim(store)
+
+    assert not store.release(KEY, owner="host:2:b")
+    assert store.release(KEY, owner="host:1:a")
+
+    assert store.get(KEY) is None
+    assert claim(store, owner="host:2:b").won  # free for the next worker
+    assert not store.release(CallKey("s", "t", "unknown"), owner="host:1:a")
+
+
+def test_releasing_a_take_over_restores_the_earlier_doubt(store: ResultStore) -> None:
+    claim(store)
+    assert store.mark_in_doubt(KEY, owner="host:1:a", expected_attempts=1)
+    assert store.take_over(KEY, owner="host:2:b", lease_seconds=LEASE, expected_attempts=1).won
+
+    assert store.release(KEY, owner="host:2:b")
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.attempts, record.result) == (CallState.IN_DOUBT, 1, None)
+    assert not store.release(KEY, owner="host:2:b")  # nothing held any more
+
+
+def test_a_claim_that_ran_to_a_result_cannot_be_released(store: ResultStore) -> None:
+    claim(store)
+    store.save_result(KEY, EVENT, owner=None)
+
+    assert not store.release(KEY, owner="host:1:a")
+    record = store.get(KEY)
+    assert record is not None
+    assert record.state is CallState.COMPLETED
 
 
 def test_mark_many_applies_each_mark_by_the_same_rules_and_skips_unknown_calls(

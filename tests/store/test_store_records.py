@@ -16,7 +16,7 @@ from openagentcore.store import (
     new_owner_id,
     owner_is_dead,
 )
-from openagentcore.store._records import process_host
+from openagentcore.store._records import RAW_HASH_PREFIX, process_host
 
 from ._support import dead_owner
 
@@ -106,3 +106,57 @@ def test_arguments_that_are_not_json_text_hash_as_plain_strings() -> None:
 def test_arguments_hash_refuses_values_json_cannot_express() -> None:
     with pytest.raises(TypeError, match="JSON-serializable"):
         arguments_hash({"when": object()})
+
+
+# Digests computed with the code before arguments_hash learned to fall back (issue 11):
+# records stored by earlier releases must keep comparing equal.
+EARLIER_DIGESTS = [
+    (
+        '{"city": "Paris", "n": 1}',
+        "a8750d5c74243dd7d1320e6801a5c8bff740ba0038b3acc1438e7c3483c2d49e",
+    ),
+    (
+        '{"b":[1,2.5,null,true],"a":"naïve ☀"}',
+        "0dfd8fba1d96183c98f7c6ba22953fbd3f2c6674e303020a35438960b5c71f12",
+    ),
+    ("not json", "0963b1df5dbe0fb04b487c75eeab4a64db176a7eb518d20be4728f3221a4ad28"),
+    ("", "12ae32cb1ec02d01eda3581b127c1fee3b0dc53572ed6baf239721a03d82e126"),
+    ({"x": {"y": [1, "z"]}}, "e77cc2b0ea156ba2671490db77e2b88295a50b90d7f17801bd6b1bac6b8d9d69"),
+    ('"\\ud83d\\ude00"', "7a0c50b92434b015545fe93ab723db2d4b2cdd14a441405624a9ce8be29f1d5a"),
+    ('{"a": NaN}', "0ce896293703c00486a61416514acc94d2919f4bd42141dedcca7ddfb97ec422"),
+    ("1e400", "d0067cad9a63e0813759a2bb841051ca73570c0da2e08e840a8eb45db6a7a010"),
+    ('["\\ud800"]', "335ffac769e5b3cec6047f6f464a0d24267493f49d3bc75f0a6411ad9448f003"),
+    ("\ud800", "ee4a76500d4d714ca691afe56c1fd9e0a5fbcb42d6c8f8d7178aae4ddb683cf7"),
+]
+
+
+@pytest.mark.parametrize(("arguments", "digest"), EARLIER_DIGESTS)
+def test_arguments_hash_keeps_the_digests_of_earlier_releases(
+    arguments: object, digest: str
+) -> None:
+    assert arguments_hash(arguments) == digest
+
+
+def test_arguments_nested_too_deep_hash_as_raw_text_without_raising() -> None:
+    """Issue 11, defect 11: JSON nested ~1,000 deep raised RecursionError, so serve
+    crashed on the same call after every restart."""
+    depth = 100_000
+    text = "[" * depth + "]" * depth
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+
+    digest = arguments_hash(text)
+    assert digest.startswith(RAW_HASH_PREFIX)
+    assert digest == arguments_hash(text)
+    assert digest != arguments_hash("[" * (depth - 1) + "]" * (depth - 1))
+    assert arguments_hash(f'{{"a": {text}}}') != digest
+    value_digest = arguments_hash(value)
+    assert value_digest.startswith(RAW_HASH_PREFIX)
+    assert value_digest == arguments_hash(value)
+
+
+@settings(max_examples=60)
+@given(arguments=st.text())
+def test_arguments_hash_never_raises_on_text(arguments: str) -> None:
+    assert len(arguments_hash(arguments)) in (64, 64 + len(RAW_HASH_PREFIX))

@@ -17,6 +17,10 @@ class ResultStore(Protocol):
     All methods are synchronous and safe to call from several threads; async code calls
     them through ``asyncio.to_thread``. Each method is atomic: two runners racing on the
     same call never both win a claim or both replace a result.
+
+    Leases and staleness are judged by the store's clock inside the same atomic step:
+    :class:`PostgresResultStore` uses the database server's clock, so workers with skewed
+    clocks still agree; the other stores use the ``clock`` they were given.
     """
 
     def claim(
@@ -31,7 +35,9 @@ class ResultStore(Protocol):
         """Record the call as started by ``owner`` unless any record of it exists.
 
         The first claim inserts a ``STARTED`` record with ``attempts=1`` and wins. Every
-        later claim loses and gets the record as stored, whatever its state.
+        later claim loses and gets the record as stored, whatever its state, with
+        ``stale`` telling whether that record was stale (see :meth:`is_stale`) by the
+        store's clock at that moment.
         """
         ...
 
@@ -67,12 +73,36 @@ class ResultStore(Protocol):
         ...
 
     def mark(self, key: CallKey, state: CallState) -> None:
-        """Move a call to ``SUBMITTED``, ``APPLIED``, ``ABANDONED`` or ``IN_DOUBT``.
+        """Move a call to ``SUBMITTED``, ``APPLIED``, ``REJECTED``, ``ABANDONED`` or
+        ``IN_DOUBT``.
 
-        Backward moves are ignored, as is any move out of a settled state. ``IN_DOUBT``
-        applies only to a ``STARTED`` call without a result; ``SUBMITTED`` and ``APPLIED``
-        need a saved result (``InvalidTransitionError`` otherwise). Raises
-        ``UnknownCallError`` when there is no record.
+        Backward moves are ignored, as is any move out of a settled state. ``SUBMITTED``,
+        ``APPLIED`` and ``REJECTED`` need a saved result (``InvalidTransitionError``
+        otherwise). A ``REJECTED`` call (the server refused its result) moves only to
+        ``APPLIED`` or ``ABANDONED``. ``IN_DOUBT`` applies to any ``STARTED`` call without
+        a result, whoever holds it: runners use :meth:`mark_in_doubt`, which checks the
+        attempt and the lease. Raises ``UnknownCallError`` when there is no record.
+        """
+        ...
+
+    def mark_in_doubt(self, key: CallKey, *, owner: str, expected_attempts: int) -> bool:
+        """Give up on a ``STARTED`` call without a result: move it to ``IN_DOUBT``.
+
+        Compare-and-set: changes the record only while ``attempts`` equals
+        ``expected_attempts`` and either ``owner`` holds the call or it is stale by the
+        store's clock, so a worker never marks in doubt a call another worker still
+        runs. Returns whether it changed the record. Raises ``UnknownCallError`` when
+        there is no record.
+        """
+        ...
+
+    def release(self, key: CallKey, *, owner: str) -> bool:
+        """Give back a claim ``owner`` holds but never started running.
+
+        Only for a ``STARTED`` call without a result held by ``owner``: a first claim
+        (``attempts == 1``) is deleted, as if never made; a later one goes back to
+        ``IN_DOUBT`` with one attempt fewer, since the earlier attempt's doubt remains.
+        Returns whether it changed anything (``False`` also when there is no record).
         """
         ...
 
@@ -97,14 +127,15 @@ class ResultStore(Protocol):
     def is_stale(self, record: CallRecord, *, now: float | None = None) -> bool:
         """Whether a ``STARTED`` call without a result has an expired lease or a dead owner.
 
-        ``now`` defaults to the store's clock.
+        ``now`` defaults to the store's clock (on PostgreSQL, the database's).
         """
         ...
 
     def prune(self, *, older_than: float) -> int:
         """Delete records that need nothing more (applied, abandoned, or submitted: the
         server has the result) and were not updated in the last ``older_than`` seconds;
-        returns how many were deleted. Records without a confirmed submission stay."""
+        returns how many were deleted. Records without a confirmed submission stay, and
+        so do ``REJECTED`` ones: the call may still be pending on the server."""
         ...
 
     def close(self) -> None: ...
