@@ -30,7 +30,13 @@ KEYS = st.sampled_from([CallKey("s", "t", "a"), CallKey("s", "t", "b"), CallKey(
 # Owners on other hosts: only their leases can make them stale.
 OWNERS = st.sampled_from(["far-1:10:x", "far-2:20:y", "far-3:30:z"])
 MARKABLE = st.sampled_from(
-    [CallState.IN_DOUBT, CallState.SUBMITTED, CallState.APPLIED, CallState.ABANDONED]
+    [
+        CallState.IN_DOUBT,
+        CallState.SUBMITTED,
+        CallState.APPLIED,
+        CallState.REJECTED,
+        CallState.ABANDONED,
+    ]
 )
 S = CallState
 
@@ -70,6 +76,8 @@ class StoreMachine(RuleBasedStateMachine):
             key, function_name="f", arguments_hash="h", owner=owner, lease_seconds=LEASE
         )
         assert outcome.won == (key not in self.model)
+        call = self.model.get(key)
+        assert outcome.stale == (call is not None and self._stale(call))
         if outcome.won:
             now = self.clock.now
             self.model[key] = ModelCall(S.STARTED, None, 1, owner, now + LEASE, now)
@@ -104,6 +112,50 @@ class StoreMachine(RuleBasedStateMachine):
                 owner=owner,
                 lease_expires_at=now + LEASE,
                 updated_at=now,
+            )
+
+    def _stale(self, call: ModelCall) -> bool:
+        return (
+            call.state is S.STARTED
+            and call.lease_expires_at is not None
+            and call.lease_expires_at <= self.clock.now
+        )
+
+    @rule(key=KEYS, owner=OWNERS, off_by=st.sampled_from([0, 0, 1, -1]))
+    def mark_in_doubt(self, key: CallKey, owner: str, off_by: int) -> None:
+        call = self.model.get(key)
+        if call is None:
+            with pytest.raises(UnknownCallError):
+                self.store.mark_in_doubt(key, owner=owner, expected_attempts=1)
+            return
+        expected = call.attempts + off_by
+        changed = self.store.mark_in_doubt(key, owner=owner, expected_attempts=expected)
+        may = (
+            call.state is S.STARTED
+            and expected == call.attempts
+            and (call.owner == owner or self._stale(call))
+        )
+        assert changed == may
+        if may:
+            self.model[key] = replace(call, state=S.IN_DOUBT, updated_at=self.clock.now)
+
+    @rule(key=KEYS, owner=OWNERS)
+    def release(self, key: CallKey, owner: str) -> None:
+        call = self.model.get(key)
+        released = self.store.release(key, owner=owner)
+        may = call is not None and call.state is S.STARTED and call.owner == owner
+        assert released == may
+        if call is None or not may:
+            return
+        if call.attempts == 1:
+            del self.model[key]
+        else:
+            self.model[key] = replace(
+                call,
+                state=S.IN_DOUBT,
+                attempts=call.attempts - 1,
+                lease_expires_at=None,
+                updated_at=self.clock.now,
             )
 
     @rule(key=KEYS, owner=OWNERS)
@@ -144,7 +196,11 @@ class StoreMachine(RuleBasedStateMachine):
             with pytest.raises(UnknownCallError):
                 self.store.mark(key, state)
             return
-        if call.state in (S.APPLIED, S.ABANDONED):
+        # Settled calls never change; a refused result may still be settled.
+        frozen = call.state in (S.APPLIED, S.ABANDONED) or (
+            call.state is S.REJECTED and state not in (S.APPLIED, S.ABANDONED)
+        )
+        if frozen:
             allowed = False
         elif state is S.IN_DOUBT:
             allowed = call.state is S.STARTED
@@ -159,6 +215,9 @@ class StoreMachine(RuleBasedStateMachine):
                 (S.COMPLETED, S.SUBMITTED),
                 (S.COMPLETED, S.APPLIED),
                 (S.SUBMITTED, S.APPLIED),
+                (S.COMPLETED, S.REJECTED),
+                (S.SUBMITTED, S.REJECTED),
+                (S.REJECTED, S.APPLIED),
             }
         self.store.mark(key, state)
         if allowed:

@@ -199,9 +199,12 @@ def test_postgres_sessions_are_read_committed_with_timeouts(
     postgres_schema: tuple[str, str], fresh_table: str
 ) -> None:
     dsn, schema = postgres_schema
-    with PostgresResultStore(
-        dsn, schema=schema, table=fresh_table, lock_timeout=0.25, statement_timeout=7
-    ) as store, store._transaction() as tx:
+    with (
+        PostgresResultStore(
+            dsn, schema=schema, table=fresh_table, lock_timeout=0.25, statement_timeout=7
+        ) as store,
+        store._transaction() as tx,
+    ):
         settings = tx.query(
             "SELECT current_setting('transaction_isolation'), "
             "current_setting('lock_timeout'), current_setting('statement_timeout')"
