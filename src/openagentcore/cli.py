@@ -124,7 +124,7 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
         action="append",
         default=[],
         help="only calls in this state (started, completed, submitted, applied, in_doubt, "
-        "abandoned); repeatable",
+        "rejected, abandoned); repeatable",
     )
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     listing.set_defaults(handler=_run_calls_list)

@@ -248,3 +248,9 @@ def test_a_stuck_row_lock_makes_renew_lease_fail_fast_instead_of_hanging(
         assert waited < 15  # lock_timeout is 0.5 s; generous for a loaded machine
         # The connection is usable again once the lock is gone.
         assert store.renew_lease(KEY, owner="far:1:a", lease_seconds=60)
+
+
+@pytest.mark.parametrize("field", ["lock_timeout", "statement_timeout"])
+def test_postgres_timeouts_are_checked_before_connecting(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        PostgresResultStore("postgresql://nobody@127.0.0.1:1/none", **{field: 0})  # type: ignore[arg-type]

@@ -25,7 +25,10 @@ _NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
 
 #: The database server's time in Unix seconds; ``clock_timestamp()`` moves within a
-#: transaction, unlike ``now()``.
+#: transaction, unlike ``now()``. In ``SELECT ... FOR UPDATE`` it is read with the row,
+#: before any wait for the row's lock, so it can be up to ``lock_timeout`` early: staleness
+#: is then judged late (the safe side) and a renewed lease is that much shorter, which a
+#: ``lock_timeout`` far below the lease keeps harmless.
 _DATABASE_NOW = "extract(epoch from clock_timestamp())::float8"
 
 
