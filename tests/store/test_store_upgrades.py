@@ -141,6 +141,9 @@ with PostgresResultStore(dsn, schema=schema, table=table) as store:
         "claim_stale": getattr(lost, "stale", None),
         "took_over": store.take_over(key, owner="far:2:b", lease_seconds=30,
                                      expected_attempts=1).won,
+        "marked_in_doubt": getattr(store, "mark_in_doubt", lambda *a, **k: None)(
+            key, owner="far:2:b", expected_attempts=1),
+        "pruned": store.prune(older_than=60),
     }))
 """
 
@@ -157,6 +160,11 @@ def test_a_worker_with_a_fast_clock_does_not_take_a_live_lease(
             KEY, function_name="f", arguments_hash="h", owner="far:1:a", lease_seconds=60
         )
         assert won.won
+        # Applied just now: not old enough for prune(older_than=60) to delete.
+        done = CallKey("sess_1", "turn_1", "call_done")
+        store.claim(done, function_name="f", arguments_hash="h", owner="far:1:a", lease_seconds=60)
+        store.save_result(done, EVENT, owner=None)
+        store.mark(done, CallState.APPLIED)
 
         fast = subprocess.run(
             [sys.executable, "-c", _FAST_WORKER, dsn, schema, fresh_table],
@@ -168,10 +176,17 @@ def test_a_worker_with_a_fast_clock_does_not_take_a_live_lease(
         assert fast.returncode == 0, fast.stderr
         verdict = json.loads(fast.stdout)
 
-        assert verdict == {"is_stale": False, "claim_stale": False, "took_over": False}
+        assert verdict == {
+            "is_stale": False,
+            "claim_stale": False,
+            "took_over": False,
+            "marked_in_doubt": False,
+            "pruned": 0,
+        }
         record = store.get(KEY)
         assert record is not None
-        assert (record.owner, record.attempts) == ("far:1:a", 1)
+        assert (record.state, record.owner, record.attempts) == (CallState.STARTED, "far:1:a", 1)
+        assert store.get(done) is not None
 
 
 @pytest.mark.postgres
