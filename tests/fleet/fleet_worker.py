@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from openagentcore import AsyncClient, Client
-from openagentcore.runner import AsyncFunctionRunner, FunctionRunner
+from openagentcore.runner import AsyncFunctionRunner, FunctionRunner, _async, _sync
 from openagentcore.runner._base import RunnerBase
-from openagentcore.runner._core import Job
+from openagentcore.runner._effects import FunctionOutcome, RunFunction
+from openagentcore.runner._execution import Hooks, call_sync
 from openagentcore.store import (
     CallKey,
     MemoryResultStore,
@@ -88,16 +89,16 @@ def register(runner: RunnerBase, effects: Path) -> None:
 def tell_functions_their_call(runner: RunnerBase) -> None:
     """Test hook: functions see only their arguments, but effects are counted per call.
 
-    The async runner runs plain functions through ``core.execute`` in a worker thread
-    with a copy of the context, so the key set here is visible to that one function.
+    Both drivers run plain functions through ``call_sync`` in a worker thread (the async
+    one with a copy of the context), so the key set here is visible to that one call.
     """
-    execute = runner._core.execute
 
-    def execute_with_key(job: Job) -> dict[str, Any]:
-        current_call.set(job.call.key)
-        return execute(job)
+    def call_with_key(run: RunFunction, hooks: Hooks) -> FunctionOutcome:
+        current_call.set(run.key)
+        return call_sync(run, hooks)
 
-    runner._core.execute = execute_with_key  # type: ignore[method-assign]
+    _sync.call_sync = call_with_key  # type: ignore[assignment]
+    _async.call_sync = call_with_key  # type: ignore[assignment]
 
 
 def tools() -> list[dict[str, Any]]:

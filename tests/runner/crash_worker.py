@@ -39,7 +39,7 @@ from typing import Any
 from openagentcore import AsyncClient, Client
 from openagentcore.runner import AsyncFunctionRunner, FunctionRunner, ServeReport
 from openagentcore.runner._base import RunnerBase
-from openagentcore.runner._core import Batch, SessionState
+from openagentcore.runner._effects import PostOutcome
 from openagentcore.store import (
     CallKey,
     CallRecord,
@@ -133,16 +133,15 @@ def kill_after_acceptance(runner: RunnerBase, killer: Killer) -> None:
     """Let the killer strike when the server has accepted a result: the store cannot
     see that moment, since the runner writes progress marks later, in batches."""
     core = runner._core
-    submitted = core.submitted
+    on_posted = core.on_posted
 
-    def watched(state: SessionState, batch: Batch, error: Exception | None) -> list[Batch]:
-        retries = submitted(state, batch, error)
-        if error is None:
-            for record in batch.records:
+    def watched(outcome: PostOutcome, now: float) -> None:
+        on_posted(outcome, now)
+        if outcome.error is None:
+            for record in outcome.batch.records:
                 killer.reached("submitted", record.function_name, call_id=record.key.call_id)
-        return retries
 
-    core.submitted = watched  # type: ignore[method-assign]
+    core.on_posted = watched  # type: ignore[method-assign]
 
 
 def tools() -> list[dict[str, Any]]:

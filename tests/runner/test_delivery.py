@@ -544,4 +544,4 @@ def test_a_refused_result_is_reported_and_serve_still_ends(
     assert report.final_status == "requires_action"
     record = store.get(key)
     assert record is not None
-    assert record.state is CallState.ABANDONED
+    assert record.state is CallState.REJECTED

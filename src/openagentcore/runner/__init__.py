@@ -1,7 +1,7 @@
 """Serving the function calls agents make: registration, dispatch and reconciliation."""
 
 from ._async import AsyncFunctionRunner
-from ._base import RunnerError
+from ._base import RunnerError, ServeTimeout
 from ._core import InDoubtCall, InDoubtDecision, PendingCall
 from ._registry import RegisteredFunction
 from ._report import ServeReport, TurnResult
@@ -18,6 +18,7 @@ __all__ = [
     "PendingCall",
     "RegisteredFunction",
     "RunnerError",
+    "ServeTimeout",
     "ServeReport",
     "TurnResult",
 ]

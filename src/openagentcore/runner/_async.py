@@ -1,9 +1,11 @@
 """``AsyncFunctionRunner``: the asyncio driver of :class:`RunnerCore`.
 
-One task follows each Session's live stream; functions run as tasks (coroutine
-functions directly, plain functions in worker threads) under one concurrency limit
-shared by every Session the runner serves. Core decisions run in a worker thread, one
-at a time per Session, because the store is blocking.
+One pump task owns the core; effects run as tasks (HTTP, coroutine functions) or in
+worker threads (the blocking store, plain functions), and their outcomes come back as
+messages. Each ``serve`` attaches to the core, follows its Session's stream in a task
+of its own and awaits the pump's verdict. The pump outlives any one serve, so a
+function still running when its serve ends (timeout, cancellation) is saved and posted
+all the same.
 """
 
 from __future__ import annotations
@@ -13,64 +15,82 @@ import contextlib
 import contextvars
 import functools
 import logging
-import signal
-import threading
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
 import tenacity
 from typing_extensions import Unpack
 
 from .._client import AsyncClient
-from .._errors import NotFoundError, OpenAgentCoreError
-from .._streaming import AsyncEventStream
+from .._errors import OpenAgentCoreError
 from ..types import UserMessage
 from ._base import (
-    Connected,
-    Dropped,
-    Fatal,
-    Finished,
-    Lost,
-    Message,
-    Received,
     RunnerBase,
     RunnerError,
     RunnerOptions,
+    ServeTimeout,
     Until,
-    Wake,
     final_text,
     input_event,
     parse_output,
 )
-from ._core import Job, SessionState
+from ._core import Mode, Serve
+from ._effects import (
+    AskInDoubt,
+    Effect,
+    FunctionOutcome,
+    PostOutcome,
+    PostResults,
+    ReadSession,
+    ReportAction,
+    RunFunction,
+    SessionOutcome,
+    perform_store,
+)
+from ._execution import call_async, call_sync
+from ._pump import (
+    Connected,
+    Dropped,
+    Message,
+    Received,
+    Stop,
+    StreamFailed,
+    Wake,
+    ask_in_doubt,
+    feed,
+    judge,
+    reconnectable,
+)
 from ._report import ServeReport, TurnResult
-from ._sync import _deadline, _fatal, _reconnectable
+from ._signals import on_shutdown_signal
 
 __all__ = ["AsyncFunctionRunner"]
 
 logger = logging.getLogger("openagentcore.runner")
 
+_STORE_THREADS = 4
+
 
 class _Inbox:
-    """A queue whose wait can time out without ever losing a message."""
+    """Messages for the pump; ``put`` is safe from any thread and a signal handler."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self._items: deque[Message] = deque()
         self._ready = asyncio.Event()
 
     def put(self, message: Message) -> None:
         self._items.append(message)
-        self._ready.set()
+        self._loop.call_soon_threadsafe(self._ready.set)
 
-    async def wait(self, timeout: float | None) -> None:
+    async def drain(self, wait: float) -> list[Message]:
         if not self._items:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), timeout)
+                await asyncio.wait_for(self._ready.wait(), wait)
         self._ready.clear()
-
-    def drain(self) -> list[Message]:
         items = list(self._items)
         self._items.clear()
         return items
@@ -89,16 +109,20 @@ class AsyncFunctionRunner(RunnerBase):
     def __init__(self, client: AsyncClient, **options: Unpack[RunnerOptions]) -> None:
         super().__init__(**options)
         self.client = client
-        self._slots: asyncio.Semaphore | None = None
-        self._stopping = threading.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._inboxes: set[_Inbox] = set()
+        self._inbox: _Inbox | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._verdicts: dict[int, asyncio.Future[None]] = {}
+        #: Set after every round of the pump.
+        self._changed: asyncio.Event | None = None
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._closing = False
         # Plain functions get threads of their own: in asyncio's shared default pool
         # (a few threads on a small machine) they would run fewer than max_concurrency
         # at once and queue the runner's own store calls behind them.
         self._function_threads = ThreadPoolExecutor(
             self.max_concurrency, thread_name_prefix="openagentcore-call"
         )
+        self._store_threads = ThreadPoolExecutor(_STORE_THREADS, thread_name_prefix="oac-store")
 
     # -- public API ----------------------------------------------------------------------
 
@@ -106,13 +130,25 @@ class AsyncFunctionRunner(RunnerBase):
         self, session_id: str, *, until: Until = "idle", timeout: float | None = None
     ) -> ServeReport:
         """Serve the Session's calls until it is idle or failed with nothing pending
-        (``until="forever"``: until :meth:`stop`, SIGINT or SIGTERM)."""
-        state = SessionState(session_id, ServeReport(session_id))
-        self._stopping.clear()
-        with self._signals(until == "forever"):
-            async with self._reader(session_id) as reader:
-                await self._loop(state, reader, until, _deadline(timeout))
-        return state.report
+        (``until="forever"``: until :meth:`stop`, SIGINT or SIGTERM).
+
+        Raises :class:`~openagentcore.runner.ServeTimeout` (a ``TimeoutError`` carrying
+        the report) when ``timeout`` passes first. Cancelling it leaves running functions
+        to finish, be saved and posted in the background.
+        """
+        serve = self._attach(session_id, until)
+        signals = (
+            on_shutdown_signal(self._stop_from_signal)
+            if until == "forever"
+            else contextlib.nullcontext()
+        )
+        try:
+            with signals:
+                async with self._reader(serve):
+                    await self._wait(serve, _deadline(timeout))
+        finally:
+            self._detach(serve)
+        return serve.report
 
     async def run_turn(
         self,
@@ -123,63 +159,75 @@ class AsyncFunctionRunner(RunnerBase):
         timeout: float | None = None,
     ) -> TurnResult:
         """Send ``input``, serve the calls of the Turn it starts, and return its outcome."""
-        state = SessionState(session_id, ServeReport(session_id))
         deadline = _deadline(timeout)
-        async with self._reader(session_id) as reader:
-            await self._loop(state, reader, "connected", deadline)
-            await self.client.sessions.events.create(session_id, events=[input_event(input)])
-            latest = await self.client.sessions.turns.list(session_id, order="desc", limit=1)
-            if not latest.data:
-                raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
-            self._core.start_turn(state, latest.data[0].id, latest.data[0].status)
-            await self._loop(state, reader, "turn", deadline)
-        assert state.target_turn is not None
-        items: Sequence[object] | None = state.streamed_answer()
+        serve = self._attach(session_id, "connected")
+        try:
+            async with self._reader(serve):
+                await self._wait(serve, deadline)
+                await self.client.sessions.events.create(session_id, events=[input_event(input)])
+                latest = await self.client.sessions.turns.list(session_id, order="desc", limit=1)
+                if not latest.data:
+                    raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
+                self._core.start_turn(serve, latest.data[0].id, latest.data[0].status)
+                self._core.set_until(serve, "turn")
+                # A fresh verdict: the one on "connected" may be judged again meanwhile.
+                self._verdicts[serve.id] = asyncio.get_running_loop().create_future()
+                self._wake()
+                await self._wait(serve, deadline)
+        finally:
+            self._detach(serve)
+        assert serve.target_turn is not None
+        items: Sequence[object] | None = serve.streamed_answer()
         if items is None:
             items = [
                 item async for item in self.client.sessions.items.list(session_id, order="asc")
             ]
-        text = final_text(items, state.target_turn)
+        text = final_text(items, serve.target_turn)
         return TurnResult(
             session_id=session_id,
-            turn_id=state.target_turn,
-            status=state.target_turn_status or "unknown",
+            turn_id=serve.target_turn,
+            status=serve.target_turn_status or "unknown",
             text=text,
             output=parse_output(text, output_type),
-            report=state.report,
+            report=serve.report,
         )
 
-    async def recover(self, session_id: str) -> ServeReport:
+    async def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
         """One reconciliation pass (see :meth:`FunctionRunner.recover`)."""
-        state = SessionState(session_id, ServeReport(session_id))
-        inbox = _Inbox()
-        await self._reconcile(state, inbox)
-        while state.busy():
-            await self._submit(state)
-            if state.in_flight:
-                await inbox.wait(self._core.next_delay(state))
-                for message in inbox.drain():
-                    await self._handle(state, message, inbox)
-            elif state.delayed or state.unsaved:
-                await asyncio.sleep(self._core.next_delay(state) or 0)
-            if self._core.housekeeping_due(state):
-                await asyncio.to_thread(self._core.housekeep, state)
-        if state.marks:
-            await asyncio.to_thread(self._core.flush_marks, state)
-        state.report.final_status = state.status
-        return state.report
+        serve = self._attach(session_id, "once")
+        try:
+            await self._wait(serve, _deadline(timeout))
+        finally:
+            self._detach(serve)
+        return serve.report
 
     def stop(self) -> None:
-        """Ask running ``serve`` calls to finish their in-flight calls and return."""
-        self._stopping.set()
-        for inbox in list(self._inboxes):
-            inbox.put(Wake())
+        """Ask the serves running now to finish their in-flight calls and return.
+
+        Serves started later are not affected. Call it from the event loop's thread;
+        from another thread use ``loop.call_soon_threadsafe(runner.stop)``.
+        """
+        if self._inbox is not None:
+            self._inbox.put(Stop(self._core.last_serve_id))
 
     async def close(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Finish in the background what ended serves left (within ``shutdown_grace``),
+        then stop the pump and close the store."""
+        if self._changed is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._idle(), self.shutdown_grace)
+        if self._core.busy():
+            logger.warning("Closing with calls still in progress; a restarted runner settles them")
+        self._closing = True
+        if self._pump_task is not None:
+            # A flag, not cancel(): on Python 3.11 wait_for can swallow a cancellation
+            # that races with its own wake-up, and the pump is woken constantly.
+            self._wake()
+            await self._pump_task
+        for task in list(self._tasks):
+            task.cancel()
         self._function_threads.shutdown(wait=False)
-        await asyncio.to_thread(self._core.close)
+        await asyncio.to_thread(self._store_threads.shutdown, wait=True)
         await asyncio.to_thread(self.store.close)
 
     async def __aenter__(self) -> AsyncFunctionRunner:
@@ -188,183 +236,209 @@ class AsyncFunctionRunner(RunnerBase):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    # -- the loop ----------------------------------------------------------------------------
+    # -- serving ------------------------------------------------------------------------------
 
-    async def _loop(
-        self,
-        state: SessionState,
-        reader: _Reader,
-        until: Until | Literal["turn", "connected"],
-        deadline: float | None,
-    ) -> None:
-        core = self._core
-        while True:
-            step = core.next_step(
-                state,
-                until,
-                connected=reader.connected_once,
-                stopping=self._stopping.is_set(),
-                poll_interval=self.poll_interval,
-                deadline=deadline,
-            )
-            if step.finish:
-                if state.marks:
-                    await asyncio.to_thread(core.flush_marks, state)
-                return
-            if step.reconcile:
-                await self._reconcile(state, reader.messages)
-                continue
-            await reader.messages.wait(step.wait)
-            for message in reader.messages.drain():
-                await self._handle(state, message, reader.messages)
-            await self._submit(state)
-            if core.housekeeping_due(state):
-                await asyncio.to_thread(core.housekeep, state)
-
-    async def _handle(self, state: SessionState, message: Message, inbox: _Inbox) -> None:
-        if isinstance(message, Received):
-            if self._core.touches_store(state, message.event):
-                jobs = await asyncio.to_thread(self._core.on_event, state, message.event)
-            else:
-                jobs = self._core.on_event(state, message.event)
-            self._start(jobs, inbox)
-        elif isinstance(message, Finished):
-            await asyncio.to_thread(self._core.finished, state, message.key, message.event)
-        elif isinstance(message, Connected):
-            await self._reconcile(state, inbox)
-        elif isinstance(message, Dropped):
-            state.report.reconnects += 1
-        elif isinstance(message, Lost):
-            await asyncio.to_thread(self._core.crashed, state, message.key)
-        elif isinstance(message, Fatal):
-            raise _fatal(state.session_id, message.error)
-
-    async def _reconcile(self, state: SessionState, inbox: _Inbox) -> None:
-        try:
-            session = await self.client.sessions.retrieve(state.session_id)
-        except NotFoundError as exc:
-            raise _fatal(state.session_id, exc) from exc
-        self._start(await asyncio.to_thread(self._core.on_session, state, session), inbox)
-        if state.target_turn is not None:
-            turn = await self.client.sessions.turns.retrieve(
-                state.target_turn, session_id=state.session_id
-            )
-            self._core.on_turn(state, turn.id, turn.status)
-
-    def _start(self, jobs: list[Job], inbox: _Inbox) -> None:
-        for job in jobs:
-            task = asyncio.create_task(self._run(job, inbox))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, job: Job, inbox: _Inbox) -> None:
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.max_concurrency)
-        try:
-            async with self._slots:
-                if job.function.is_async:
-                    event = await self._core.execute_async(job)
-                else:
-                    call = functools.partial(
-                        contextvars.copy_context().run, self._core.execute, job
-                    )
-                    event = await asyncio.get_running_loop().run_in_executor(
-                        self._function_threads, call
-                    )
-        except BaseException:
-            inbox.put(Lost(job.call.key))  # no result: the call stays claimed, in doubt
-            raise
-        inbox.put(Finished(job.call.key, event))
-
-    async def _submit(self, state: SessionState) -> None:
-        batches = self._core.take_batches(state)
-        while batches:
-            batch = batches.pop(0)
-            error: Exception | None = None
-            try:
-                await self.client.sessions.events.create(
-                    batch.session_id, events=batch.events, idempotency_key=batch.idempotency_key
-                )
-            except NotFoundError as exc:
-                raise _fatal(state.session_id, exc) from exc
-            except OpenAgentCoreError as exc:
-                error = exc
-            batches.extend(self._core.submitted(state, batch, error))
-
-    @contextlib.contextmanager
-    def _signals(self, install: bool) -> Any:
+    def _attach(self, session_id: str, until: Mode) -> Serve:
+        if self._closing:
+            raise RunnerError("This runner is closed; create a new one")
         loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        if install and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(sig, self.stop)
-                    installed.append(sig)
+        if self._pump_task is None or self._pump_task.done():
+            self._inbox = _Inbox(loop)
+            self._changed = asyncio.Event()
+            self._pump_task = loop.create_task(self._pump(), name="openagentcore-runner")
+        serve = self._core.attach(session_id, until, time.monotonic())
+        self._verdicts[serve.id] = loop.create_future()
+        self._wake()
+        return serve
+
+    def _detach(self, serve: Serve) -> None:
+        self._core.detach(serve, time.monotonic())
+        future = self._verdicts.pop(serve.id, None)
+        if future is not None and not future.done():
+            future.cancel()
+        self._wake()
+
+    def _wake(self) -> None:
+        assert self._inbox is not None
+        self._inbox.put(Wake())
+
+    def _stop_from_signal(self) -> None:
+        assert self._inbox is not None
+        self._inbox.put(Stop(self._core.last_serve_id))
+
+    async def _wait(self, serve: Serve, deadline: float | None) -> None:
+        future = self._verdicts[serve.id]
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            await asyncio.wait_for(asyncio.shield(future), left)
+        except asyncio.TimeoutError:
+            pass
+        else:
+            return
+        # Out of time: give back claims nobody will run, let running calls finish and
+        # post within the grace, then report.
+        self._core.detach(serve, time.monotonic())
+        self._wake()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle(serve.session_id), self.shutdown_grace)
+        raise ServeTimeout(f"Session {serve.session_id} was not settled in time", serve.report)
+
+    async def _idle(self, session_id: str | None = None) -> None:
+        assert self._changed is not None
+        while self._core.busy(session_id):
+            self._changed.clear()
+            await self._changed.wait()
+
+    # -- the pump -----------------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        try:
+            await self._pump_rounds()
+        except Exception as exc:  # a bug: every serve must hear of it, not hang
+            logger.exception("The runner's pump failed")
+            for future in self._verdicts.values():
+                if not future.done():
+                    future.set_exception(RunnerError(f"The runner failed: {exc!r}"))
+            raise
+
+    async def _pump_rounds(self) -> None:
+        assert self._inbox is not None
+        assert self._changed is not None
+        while not self._closing:
+            wait = self._core.next_wakeup(time.monotonic())
+            messages = await self._inbox.drain(wait)
+            now = time.monotonic()
+            for message in messages:
+                feed(self._core, message, now)
+            for serve_id, error in judge(self._core, now).items():
+                future = self._verdicts.get(serve_id)
+                if future is None or future.done():
+                    continue
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
+            effects = self._core.take_effects(now)
+            self._changed.set()
+            for effect in effects:
+                self._dispatch(effect)
+
+    def _dispatch(self, effect: Effect) -> None:
+        loop = asyncio.get_running_loop()
+        if isinstance(effect, RunFunction):
+            self._spawn(self._run(effect))
+        elif isinstance(effect, PostResults):
+            self._spawn(self._post(effect))
+        elif isinstance(effect, ReadSession):
+            self._spawn(self._read(effect))
+        elif isinstance(effect, AskInDoubt):
+            assert self._on_in_doubt is not None
+            decide = functools.partial(ask_in_doubt, self._on_in_doubt, effect)
+            self._deliver(loop.run_in_executor(self._store_threads, decide))
+        elif isinstance(effect, ReportAction):
+            self._deliver(loop.run_in_executor(self._store_threads, self._report_action, effect))
+        else:
+            perform = functools.partial(perform_store, effect, self.store)
+            self._deliver(loop.run_in_executor(self._store_threads, perform))
+
+    def _spawn(self, work: Any) -> None:
+        self._deliver(asyncio.ensure_future(work))
+
+    def _deliver(self, future: asyncio.Future[Any]) -> None:
+        """Put what ``future`` returns (a message, or ``None``) into the inbox."""
+        self._tasks.add(future)
+
+        def done(finished: asyncio.Future[Any]) -> None:
+            self._tasks.discard(finished)
+            if finished.cancelled() or finished.exception() is not None:
+                return
+            message = finished.result()
+            if message is not None and self._inbox is not None:
+                self._inbox.put(message)
+
+        future.add_done_callback(done)
+
+    async def _run(self, effect: RunFunction) -> FunctionOutcome:
+        try:
+            if effect.function.is_async:
+                return await call_async(effect, self._hooks)
+            call = functools.partial(contextvars.copy_context().run, call_sync, effect, self._hooks)
+            return await asyncio.get_running_loop().run_in_executor(self._function_threads, call)
+        except BaseException:
+            # No result (SystemExit, cancellation): the call is in doubt; the pump must
+            # hear of it all the same.
+            assert self._inbox is not None
+            self._inbox.put(FunctionOutcome(effect.key, None))
+            raise
+
+    async def _post(self, effect: PostResults) -> PostOutcome:
+        batch = effect.batch
+        try:
+            await self.client.sessions.events.create(
+                batch.session_id, events=batch.events, idempotency_key=batch.idempotency_key
+            )
+        except OpenAgentCoreError as exc:
+            return PostOutcome(batch, exc)
+        return PostOutcome(batch, None)
+
+    async def _read(self, effect: ReadSession) -> SessionOutcome:
+        try:
+            session = await self.client.sessions.retrieve(effect.session_id)
+            turn = None
+            if effect.turn_id is not None:
+                turn = await self.client.sessions.turns.retrieve(
+                    effect.turn_id, session_id=effect.session_id
+                )
+        except OpenAgentCoreError as exc:
+            return SessionOutcome(effect.session_id, None, error=exc)
+        return SessionOutcome(effect.session_id, session, turn)
+
+    def _report_action(self, effect: ReportAction) -> None:
+        assert self._on_action is not None
+        try:
+            self._on_action(effect.session_id, effect.action)
+        except Exception:
+            logger.exception("on_action raised; ignoring it")
+
+    @contextlib.asynccontextmanager
+    async def _reader(self, serve: Serve) -> Any:
+        task = asyncio.create_task(self._follow(serve))
         try:
             yield
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
-    @contextlib.asynccontextmanager
-    async def _reader(self, session_id: str) -> AsyncIterator[_Reader]:
-        reader = _Reader(self, session_id)
-        task = asyncio.create_task(reader.run())
-        self._inboxes.add(reader.messages)
-        try:
-            yield reader
-        finally:
-            self._inboxes.discard(reader.messages)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            await reader.close()
 
-
-class _Reader:
-    """Follows one Session's live stream into ``messages``, reconnecting with backoff."""
-
-    def __init__(self, runner: AsyncFunctionRunner, session_id: str) -> None:
-        self.runner = runner
-        self.session_id = session_id
-        self.messages = _Inbox()
-        self.connected_once = False
-        self._stream: AsyncEventStream | None = None
-
-    async def run(self) -> None:
+    async def _follow(self, serve: Serve) -> None:
+        """Follow one serve's live stream into the inbox, reconnecting with backoff."""
+        assert self._inbox is not None
+        put = self._inbox.put
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(reconnectable),
+            wait=tenacity.wait_random_exponential(multiplier=0.05, max=self.reconnect_max_delay),
+            reraise=True,
+        )
         while True:
             try:
-                stream = await self._open()
+                async for attempt in retrying:
+                    with attempt:
+                        stream = await self.client.sessions.events.stream(serve.session_id)
             except Exception as exc:
-                self.messages.put(Fatal(exc))
+                put(StreamFailed(serve.id, exc))
                 return
-            self._stream = stream
-            self.connected_once = True
-            self.messages.put(Connected())
+            put(Connected(serve.id))
             error: BaseException | None = None
             try:
                 async for event in stream:
-                    self.messages.put(Received(event))
+                    put(Received(serve.id, event))
             except Exception as exc:
                 error = exc
             finally:
                 await stream.close()
-            logger.info("Event stream of %s ended (%s); reconnecting", self.session_id, error)
-            self.messages.put(Dropped(error))
+            logger.info("Event stream of %s ended (%s); reconnecting", serve.session_id, error)
+            put(Dropped(serve.id))
 
-    async def _open(self) -> AsyncEventStream:
-        retrying = tenacity.AsyncRetrying(
-            retry=tenacity.retry_if_exception(_reconnectable),
-            wait=tenacity.wait_random_exponential(
-                multiplier=0.05, max=self.runner.reconnect_max_delay
-            ),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                return await self.runner.client.sessions.events.stream(self.session_id)
-        raise AssertionError("tenacity returned without an outcome")  # pragma: no cover
 
-    async def close(self) -> None:
-        if self._stream is not None:
-            await self._stream.close()
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
 import pydantic
 from typing_extensions import TypedDict
 
-from .._errors import OpenAgentCoreError
-from ..store import CallKey, ResultStore, new_owner_id, open_store
-from ..types import InputMessageEvent, MessageItem, SessionEvent, UserMessage
-from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore
+from ..store import ResultStore, new_owner_id, open_store
+from ..types import InputMessageEvent, MessageItem, UserMessage
+from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore, RunnerError
+from ._execution import Hooks
 from ._registry import FunctionRegistry, describe_function
+from ._report import ServeReport
 from ._results import ErrorFormatter
 
-__all__ = ["RunnerBase", "RunnerError", "RunnerOptions"]
+__all__ = ["RunnerBase", "RunnerError", "RunnerOptions", "ServeTimeout"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Until = Literal["idle", "forever"]
@@ -42,6 +42,10 @@ class RunnerOptions(TypedDict, total=False):
     - ``reconnect_max_delay``: cap of the stream reconnect backoff, in seconds.
     - ``poll_interval``: seconds between reads of a Session that waits on calls other
       workers hold.
+    - ``shutdown_grace``: when a serve ends early (timeout, cancellation, Ctrl-C, an
+      error), seconds it waits for its running functions to finish and their results
+      to be saved and posted. Whatever is still running then goes on in the background
+      until :meth:`close`.
     """
 
     store: ResultStore | str | os.PathLike[str] | None
@@ -54,10 +58,19 @@ class RunnerOptions(TypedDict, total=False):
     on_action: ActionHandler | None
     reconnect_max_delay: float
     poll_interval: float
+    shutdown_grace: float
 
 
-class RunnerError(OpenAgentCoreError):
-    """The runner cannot go on serving this Session (e.g. it was deleted)."""
+class ServeTimeout(TimeoutError):
+    """``serve``/``run_turn`` did not finish by its ``timeout``.
+
+    ``report`` holds what was done so far. Functions still running go on in the
+    background; their results are saved and posted until the runner is closed.
+    """
+
+    def __init__(self, message: str, report: ServeReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class RunnerBase:
@@ -80,6 +93,7 @@ class RunnerBase:
         on_action: ActionHandler | None = None,
         reconnect_max_delay: float = 2.0,
         poll_interval: float = 1.0,
+        shutdown_grace: float = 10.0,
     ) -> None:
         if max_concurrency is None:
             max_concurrency = self.default_max_concurrency
@@ -91,22 +105,27 @@ class RunnerBase:
             raise ValueError(
                 f"unknown_functions must be 'leave' or 'fail', got {unknown_functions!r}"
             )
+        if shutdown_grace < 0:
+            raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
         self.store = open_store(store)
         self.max_concurrency = max_concurrency
         self.reconnect_max_delay = reconnect_max_delay
         #: How often to re-read a Session that waits on calls held by other workers.
         self.poll_interval = poll_interval
+        self.shutdown_grace = shutdown_grace
         self._registry = FunctionRegistry()
+        self._hooks = Hooks(error_formatter, on_error)
+        self._on_in_doubt = on_in_doubt
+        self._on_action = on_action
         self._core = RunnerCore(
             self._registry,
-            self.store,
             owner=new_owner_id(),
             lease_seconds=lease_seconds,
+            max_concurrency=max_concurrency,
             unknown_functions=unknown_functions,
-            error_formatter=error_formatter,
-            on_error=on_error,
-            on_in_doubt=on_in_doubt,
-            on_action=on_action,
+            poll_interval=poll_interval,
+            in_doubt_hook=on_in_doubt is not None,
+            action_hook=on_action is not None,
         )
 
     @overload
@@ -187,44 +206,3 @@ def parse_output(text: str | None, output_type: type[Any] | None) -> Any:
     if output_type is None or text is None:
         return text
     return pydantic.TypeAdapter(output_type).validate_json(text)
-
-
-@dataclass(frozen=True, slots=True)
-class Connected:
-    """The stream (re)opened: reconcile against a fresh Session read."""
-
-
-@dataclass(frozen=True, slots=True)
-class Dropped:
-    error: BaseException | None
-
-
-@dataclass(frozen=True, slots=True)
-class Received:
-    event: SessionEvent
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    key: CallKey
-    event: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """A function ended without a result (e.g. it raised SystemExit)."""
-
-    key: CallKey
-
-
-@dataclass(frozen=True, slots=True)
-class Fatal:
-    error: BaseException
-
-
-@dataclass(frozen=True, slots=True)
-class Wake:
-    """Nothing happened; look at the stop flag."""
-
-
-Message = Connected | Dropped | Received | Finished | Lost | Fatal | Wake

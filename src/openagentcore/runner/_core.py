@@ -1,36 +1,45 @@
-"""The runner's decisions, shared by the sync and async runners.
+"""The runner's decisions, with no I/O: one record per call, effects out, answers in.
 
-Nothing here touches the network. The drivers (``_sync.py``, ``_async.py``) feed it
-what they observe (events, Session reads, finished calls, submission outcomes) and do
-the I/O it asks for. Store calls are synchronous; the async driver runs each core call
-in a worker thread, one at a time, so the core never runs concurrently with itself.
+Every call a runner handles has exactly one :class:`Call` here, with an explicit
+:class:`Phase` and explicit ownership (``lease_held``). Drivers feed the core what they
+observe (stream events, Session reads, store answers, function outcomes, POST
+outcomes) together with the current monotonic time, and carry out the effects it
+returns. The core never calls the store, the client, a clock, a thread or user code,
+so a simulator can replay any history of faults from one seed (``tests/sim``).
 
 Order of writes for one call: claim (``started``) before the function runs; save the
 result (``completed``) before it is posted; ``submitted`` after a 202; ``applied`` when
-its ``function_call_output`` Item appears.
+its ``function_call_output`` Item appears. A call whose function may have run but left
+no saved result is *in doubt* and is never run again unless its function is idempotent
+(and then at most ``max_attempts`` times).
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
 import logging
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._errors import APIConnectionError, APIStatusError, BadRequestError, ConflictError
+from .._errors import (
+    APIConnectionError,
+    APIStatusError,
+    BadRequestError,
+    ConflictError,
+    NotFoundError,
+    OpenAgentCoreError,
+)
 from ..store import (
     CallKey,
     CallRecord,
     CallState,
     Claim,
-    ResultStore,
     StoreUnavailableError,
     arguments_hash,
 )
+from ..store._records import idempotency_key_for
 from ..types import (
     FunctionCallAction,
     FunctionCallItem,
@@ -44,19 +53,42 @@ from ..types import (
     SessionSnapshotEvent,
     TerminalTurnEvent,
 )
-from ._leases import LeaseKeeper
-from ._registry import ArgumentsError, FunctionRegistry, RegisteredFunction
+from ._effects import (
+    AskInDoubt,
+    Batch,
+    ClaimCall,
+    Effect,
+    FunctionOutcome,
+    InDoubtAnswer,
+    Lookup,
+    LookupResult,
+    MarkInDoubt,
+    PostOutcome,
+    PostResults,
+    ReadSession,
+    Release,
+    RenewLeases,
+    ReportAction,
+    RunFunction,
+    SaveResult,
+    SessionOutcome,
+    StoreAnswer,
+    TakeOver,
+    WriteMarks,
+)
+from ._registry import FunctionRegistry, RegisteredFunction
 from ._report import ServeReport
-from ._results import IN_DOUBT_ERROR, INTERNAL_ERROR, ErrorFormatter, failure_event, success_event
+from ._results import IN_DOUBT_ERROR, failure_event, success_event
 
 __all__ = [
-    "Batch",
+    "Call",
     "InDoubtCall",
     "InDoubtDecision",
-    "Job",
     "PendingCall",
+    "Phase",
     "RunnerCore",
-    "SessionState",
+    "RunnerError",
+    "Serve",
 ]
 
 logger = logging.getLogger("openagentcore.runner")
@@ -66,21 +98,83 @@ MAX_BATCH = 64
 #: such a result gets 400 "Unknown pending tool call.". Retry it this many times.
 UNKNOWN_CALL_RETRIES = 8
 UNKNOWN_CALL_DELAY = 0.05
-_TERMINAL_STATUSES = frozenset({"idle", "failed"})
-_UNKNOWN_CALL = "unknown pending tool call"
-_OTHER_TURN = "belongs to a different turn"
-_DIFFERENT_RESULT = "already has a different result"
-_CANNOT_ACCEPT = "cannot accept this input"
-#: Remember this many non-function actions already reported, per Session.
-_REPORTED_ACTIONS_LIMIT = 1024
-#: Progress marks are written when this many are queued, or this many seconds after the
-#: oldest, or when serving ends.
-MARK_BATCH = 64
-MARK_DELAY = 0.5
+#: A result the server could not take (5xx, connection errors, unrecognised 409s) is
+#: posted again after this delay, doubling up to the cap. It stays saved meanwhile.
+POST_RETRY_DELAY = 0.2
+POST_RETRY_MAX_DELAY = 10.0
 #: While the store is unreachable, try it again after this many seconds, doubling up to
 #: the cap: a database restart takes seconds, and nothing is lost by waiting.
 STORE_RETRY_DELAY = 0.1
 STORE_RETRY_MAX_DELAY = 5.0
+#: Progress marks are written when this many are queued, or this many seconds after the
+#: oldest, or when a serve ends.
+MARK_BATCH = 64
+MARK_DELAY = 0.5
+#: Remember this many non-function actions already reported, per Session.
+_REPORTED_ACTIONS_LIMIT = 1024
+_TERMINAL_STATUSES = frozenset({"idle", "failed"})
+_TURN_ENDED = frozenset({"completed", "failed", "cancelled", "incomplete"})
+_UNKNOWN_CALL = "unknown pending tool call"
+_DIFFERENT_RESULT = "different result"
+_CANNOT_ACCEPT = "cannot accept this input"
+
+#: What a serve waits for: the Session idle, its Turn ended, ``stop()``, its stream
+#: connected (``run_turn`` before it sends input), or one reconciliation (``recover``).
+Mode = Literal["idle", "turn", "forever", "connected", "once"]
+
+
+class RunnerError(OpenAgentCoreError):
+    """The runner cannot go on serving this Session (e.g. it was deleted)."""
+
+
+class Phase(str, enum.Enum):
+    """Where one call is in this runner. Every phase but ``POSTED`` and ``DONE`` keeps
+    its Session busy: a serve does not end on it without saying so."""
+
+    #: A claim was sent to the store.
+    CLAIMING = "claiming"
+    #: Reading the record of a call this runner cannot run (or must re-check).
+    LOOKING = "looking"
+    #: Marking a started call without a result in doubt (compare-and-set).
+    MARKING_IN_DOUBT = "marking_in_doubt"
+    #: Waiting for the application's ``on_in_doubt`` decision.
+    DECIDING = "deciding"
+    #: Re-claiming a call in doubt to run it again.
+    TAKING_OVER = "taking_over"
+    #: Claimed (lease held), waiting for a free concurrency slot.
+    QUEUED = "queued"
+    #: The function runs (lease held).
+    RUNNING = "running"
+    #: Saving the result (lease held until saved).
+    SAVING = "saving"
+    #: Saved, to be posted.
+    READY = "ready"
+    #: In a POST in flight.
+    POSTING = "posting"
+    #: A POST failed for a reason that may pass; posted again at ``not_before``.
+    BACKOFF = "backoff"
+    #: Giving back a claim whose function never started.
+    RELEASING = "releasing"
+    #: Accepted by the server (202), not yet seen applied.
+    POSTED = "posted"
+    #: Nothing more for this runner to do.
+    DONE = "done"
+
+
+_IDLE_PHASES = frozenset({Phase.POSTED, Phase.DONE})
+#: The phase a call is in while each kind of store effect for it is in flight.
+_ANSWERED_IN: dict[type, Phase] = {
+    ClaimCall: Phase.CLAIMING,
+    TakeOver: Phase.TAKING_OVER,
+    MarkInDoubt: Phase.MARKING_IN_DOUBT,
+    Release: Phase.RELEASING,
+    Lookup: Phase.LOOKING,
+    SaveResult: Phase.SAVING,
+}
+#: Phases in which nothing was done for the call yet.
+_NOT_STARTED = frozenset({Phase.CLAIMING, Phase.LOOKING})
+#: Outcomes that do not settle a call: a later announcement decides it afresh.
+_REDECIDE = frozenset({"released", "abandoned_by_serve"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,99 +235,57 @@ ActionHandler = Callable[[str, RequiredAction], None]
 ErrorHook = Callable[[CallKey, BaseException], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A function to run for one call; the driver runs it in a thread or a task."""
+@dataclass(slots=True, eq=False)
+class Call:
+    """Everything this runner knows about one call. The only place ownership lives."""
 
-    call: PendingCall
-    function: RegisteredFunction
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Saved results to post together in one ``events.create`` request."""
-
-    session_id: str
-    records: tuple[CallRecord, ...]
-
-    @property
-    def events(self) -> list[dict[str, Any]]:
-        return [record.result for record in self.records if record.result is not None]
-
-    @property
-    def idempotency_key(self) -> str:
-        """A single result uses its call's stored key; a batch, a key derived from its
-        calls, so a retry of the same batch is the same request."""
-        if len(self.records) == 1:
-            return self.records[0].idempotency_key
-        joined = "\n".join(record.idempotency_key for record in self.records)
-        return "oac-b-" + hashlib.sha256(joined.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """The next move of a driver's loop (see :meth:`RunnerCore.next_step`)."""
-
-    finish: bool = False
-    reconcile: bool = False
-    wait: float = 0.0
-
-
-class SubmitOutcome(enum.Enum):
-    RETRY_SOON = "retry_soon"
-    RETRY_LATER = "retry_later"
-    SETTLED = "settled"
+    key: CallKey
+    name: str
+    arguments: object
+    function: RegisteredFunction | None
+    phase: Phase
+    #: This runner's claim is confirmed and it must run, save or release the call;
+    #: its lease is renewed meanwhile.
+    lease_held: bool = False
+    #: The ``attempts`` of the stored record as this runner last saw it.
+    attempts: int = 0
+    #: A result not saved yet (while ``SAVING``, or retried after a store failure).
+    event: dict[str, Any] | None = None
+    #: The saved record: exactly the bytes to post.
+    record: CallRecord | None = None
+    #: A store effect to send again once the store may be back.
+    retry: Effect | None = None
+    not_before: float = 0.0
+    #: POSTs that failed for a reason that may pass (backoff grows with them).
+    post_failures: int = 0
+    unknown_call_tries: int = 0
+    #: Posted alone: it was in a batch the server refused as a whole.
+    alone: bool = False
+    #: Its output Item came through the stream while the POST was in flight.
+    output_seen: bool = False
+    #: Why the call is ``DONE`` (for reports and tests).
+    outcome: str = ""
 
 
 @dataclass(slots=True)
-class SessionState:
-    """What one ``serve``/``run_turn`` knows about its Session."""
+class Serve:
+    """One ``serve``, ``run_turn`` or ``recover`` call attached to a Session."""
 
+    id: int
     session_id: str
+    until: Mode
     report: ServeReport
-    in_flight: set[CallKey] = field(default_factory=set)
-    ready: list[CallRecord] = field(default_factory=list)
-    #: Results waiting to be retried after a short delay: (monotonic not-before, record).
-    delayed: list[tuple[float, CallRecord]] = field(default_factory=list)
-    retries: dict[CallKey, int] = field(default_factory=dict)
-    status: str | None = None
-    #: The Turn ``run_turn`` waits for, and whether it has ended.
+    stopping: bool = False
+    connected: bool = False
+    read_once: bool = False
+    fatal: Exception | None = None
     target_turn: str | None = None
     target_turn_status: str | None = None
-    #: Its finished messages as the stream delivered them, whether its end came through
-    #: the stream, and the reconnects counted when it started (see ``streamed_answer``).
+    #: The target Turn's finished messages as streamed, whether its end came through
+    #: the stream, and the reconnects counted when it started (``streamed_answer``).
     turn_messages: list[MessageItem] = field(default_factory=list)
     turn_end_seen: bool = False
     reconnects_at_turn_start: int = 0
-    reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    #: Calls whose result the server accepted (202) in this serve and that were not yet
-    #: seen applied: a repeated announcement of one is a duplicate, not a reason to send
-    #: again.
-    accepted: set[CallKey] = field(default_factory=set)
-    #: Progress marks not written yet (submitted, applied, abandoned), and when the
-    #: oldest was queued. They are bookkeeping, so they are written in batches, off the
-    #: path between a call and its result (:meth:`RunnerCore.housekeep`).
-    marks: dict[CallKey, CallState] = field(default_factory=dict)
-    marks_since: float = 0.0
-    #: Function calls the latest Session read lists as pending.
-    pending: set[CallKey] = field(default_factory=set)
-    #: Pending calls this runner leaves to others: functions it does not serve, a call
-    #: in doubt that only a runner knowing the function can resolve, or a call whose
-    #: saved result the server refused.
-    not_mine: set[CallKey] = field(default_factory=set)
-    last_read: float = 0.0
-    #: Results of calls that ran while the store was unreachable: (event, owner). They
-    #: are saved before they are posted, however long the outage lasts.
-    unsaved: dict[CallKey, tuple[dict[str, Any], str | None]] = field(default_factory=dict)
-    #: A pending call was skipped because the store was unreachable: read the Session
-    #: again once the store may be back.
-    recheck: bool = False
-    #: Consecutive store failures, and when to try the store again (monotonic).
-    store_failures: int = 0
-    store_retry_at: float = 0.0
-
-    def busy(self) -> bool:
-        return bool(self.in_flight or self.ready or self.delayed or self.unsaved)
 
     def streamed_answer(self) -> list[MessageItem] | None:
         """The target Turn's messages as streamed, or ``None`` if the stream may have
@@ -243,492 +295,312 @@ class SessionState:
         return None
 
 
+@dataclass(slots=True)
+class _SessionView:
+    session_id: str
+    status: str | None = None
+    pending: frozenset[CallKey] = frozenset()
+    #: Pending calls this runner leaves to others: functions it does not serve, calls
+    #: in doubt only a runner knowing the function can settle, refused results.
+    not_mine: set[CallKey] = field(default_factory=set)
+    #: This runner's calls of the Session (the same objects as ``RunnerCore.calls``).
+    calls: dict[CallKey, Call] = field(default_factory=dict)
+    last_read: float = float("-inf")
+    read_at: float | None = None
+    reading: bool = False
+    reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+
 class RunnerCore:
-    """Decisions for every Session a runner serves."""
+    """Decisions for every call and Session one runner handles.
+
+    Not thread-safe: drivers call it from one thread at a time (the sync driver holds a
+    lock; the async driver calls it only from its event loop).
+    """
 
     def __init__(
         self,
         registry: FunctionRegistry,
-        store: ResultStore,
         *,
         owner: str,
         lease_seconds: float,
+        max_concurrency: int,
         unknown_functions: Literal["leave", "fail"],
-        error_formatter: ErrorFormatter | None,
-        on_error: ErrorHook | None,
-        on_in_doubt: InDoubtHandler | None,
-        on_action: ActionHandler | None,
+        poll_interval: float,
+        in_doubt_hook: bool,
+        action_hook: bool,
     ) -> None:
         self.registry = registry
-        self.store = store
         self.owner = owner
         self.lease_seconds = lease_seconds
+        self.max_concurrency = max_concurrency
         self.unknown_functions = unknown_functions
-        self.error_formatter = error_formatter
-        self.on_error = on_error
-        self.on_in_doubt = on_in_doubt
-        self.on_action = on_action
-        #: Calls this runner holds (running, or finished with the result not saved yet),
-        #: across all its Sessions; their leases are renewed in the background.
-        self.leases = LeaseKeeper(store, owner=owner, lease_seconds=lease_seconds)
+        self.poll_interval = poll_interval
+        self.in_doubt_hook = in_doubt_hook
+        self.action_hook = action_hook
+        self.calls: dict[CallKey, Call] = {}
+        self.serves: dict[int, Serve] = {}
+        self._sessions: dict[str, _SessionView] = {}
+        self._last_serve_id = 0
+        self._effects: list[Effect] = []
+        self._running = 0
+        #: Keys whose claim raised: it may have committed. Only these may later be
+        #: recognised as this runner's own unconfirmed claim.
+        self._unconfirmed: set[CallKey] = set()
+        self._marks: dict[CallKey, CallState] = {}
+        #: When the queued marks are due (the oldest's time plus ``MARK_DELAY``).
+        self._marks_due = 0.0
+        self._marks_writing = False
+        self._marks_failed = False
+        self._renew_at: float | None = None
+        self._renewing = False
+        self._store_failures = 0
+        self._store_retry_at = 0.0
 
-    # -- observing the server -------------------------------------------------------
+    # -- serves ---------------------------------------------------------------------------
 
-    def on_event(self, state: SessionState, event: SessionEvent) -> list[Job]:
-        """Update ``state`` from one stream event; return the functions to start."""
+    def attach(self, session_id: str, until: Mode, now: float) -> Serve:
+        """Start tracking a serve; ``once`` (``recover``) reads the Session right away,
+        the others when their stream connects."""
+        self._last_serve_id += 1
+        serve = Serve(self._last_serve_id, session_id, until, ServeReport(session_id))
+        self.serves[serve.id] = serve
+        view = self._view(session_id)
+        if until == "once":
+            self._want_read(view, now)
+        return serve
+
+    def detach(self, serve: Serve, now: float) -> None:
+        """The serve ended, however it ended. Running functions go on and their results
+        are saved and posted in the background; claims nobody will run are released."""
+        self.serves.pop(serve.id, None)
+        self._release_unrun(serve.session_id, now)
+        view = self._view(serve.session_id)
+        if not self._serves_of(serve.session_id):
+            for call in list(view.calls.values()):
+                if call.phase is Phase.DONE:
+                    self._forget(call)
+            if not view.calls:
+                del self._sessions[serve.session_id]
+
+    @property
+    def last_serve_id(self) -> int:
+        return self._last_serve_id
+
+    def stop(self, last_serve: int) -> None:
+        """Ask the serves attached up to ``last_serve`` (those running when ``stop()``
+        was called, not later ones) to finish what they started."""
+        for serve in self.serves.values():
+            if serve.id <= last_serve:
+                serve.stopping = True
+
+    def set_until(self, serve: Serve, until: Mode) -> None:
+        serve.until = until
+
+    def start_turn(self, serve: Serve, turn_id: str, status: str) -> None:
+        """``run_turn`` learned the Turn its input started; no stream event was handled
+        since the input was sent, so the reconnect count is that of the start."""
+        serve.target_turn = turn_id
+        serve.target_turn_status = status
+        serve.reconnects_at_turn_start = serve.report.reconnects
+
+    def finished(self, serve: Serve, now: float) -> bool:
+        """Whether ``serve`` may return now. Raises the serve's fatal error, if any."""
+        if serve.fatal is not None:
+            raise serve.fatal
+        if serve.until == "connected":
+            return serve.connected
+        settled = self._settled(serve)
+        if settled and self._marks_outstanding(serve.session_id):
+            if not self._marks_writing and not self._marks_failed:
+                self._flush_marks(now)
+            return False
+        if settled:
+            serve.report.final_status = self._view(serve.session_id).status
+        return settled
+
+    def busy(self, session_id: str | None = None) -> bool:
+        """Whether calls (of one Session, or any) still need this runner."""
+        calls = self.calls if session_id is None else self._view(session_id).calls
+        return any(call.phase not in _IDLE_PHASES for call in calls.values())
+
+    def _settled(self, serve: Serve) -> bool:
+        view = self._view(serve.session_id)
+        if serve.until == "once":
+            # One pass: a call not even looked at because the store is down is left
+            # for the next pass (and counted in ``store_errors``), not waited for.
+            busy = any(
+                call.phase not in _IDLE_PHASES
+                and not (call.phase in _NOT_STARTED and call.retry is not None)
+                for call in view.calls.values()
+            )
+            return serve.read_once and not busy and not view.reading
+        if self.busy(serve.session_id) or view.read_at is not None or view.reading:
+            return False
+        if serve.stopping:
+            return True
+        if serve.until == "forever":
+            return False
+        if serve.until == "turn":
+            return serve.target_turn_status in _TURN_ENDED
+        if view.status == "requires_action":
+            # Waiting only on what this runner cannot do (other functions, approvals,
+            # an Environment): serving longer would change nothing.
+            return view.pending <= view.not_mine
+        return view.status in _TERMINAL_STATUSES
+
+    # -- observing the server ----------------------------------------------------------------
+
+    def on_connected(self, serve: Serve, now: float) -> None:
+        """The serve's stream (re)opened: what it missed is in a fresh Session read."""
+        serve.connected = True
+        self._want_read(self._view(serve.session_id), now)
+
+    def on_dropped(self, serve: Serve) -> None:
+        serve.report.reconnects += 1
+
+    def on_stream_failed(self, serve: Serve, error: Exception) -> None:
+        """The stream cannot be opened again: the serve ends with an error."""
+        if isinstance(error, NotFoundError):
+            self._session_gone(serve.session_id, error)
+            return
+        serve.fatal = RunnerError(f"Cannot serve Session {serve.session_id}: {error}")
+        serve.fatal.__cause__ = error
+
+    def on_event(self, serve: Serve, event: SessionEvent, now: float) -> None:
+        """One live stream event of ``serve``'s Session."""
         if isinstance(event, SessionSnapshotEvent):
-            return self.on_session(state, event.session)
+            self._on_session(serve.session_id, event.session, now)
+            return
         if isinstance(event, (ItemAddedEvent, ItemDoneEvent)):
             item = event.item
             if isinstance(item, FunctionCallOutputItem):
-                key = CallKey(state.session_id, item.turn_id, item.call_id)
-                if key in state.accepted:
-                    state.accepted.discard(key)
-                    self._queue_mark(state, key, CallState.APPLIED)
-                else:
-                    self._mark_applied(state, key)
-                return []
-            if (
+                self._on_output(CallKey(serve.session_id, item.turn_id, item.call_id), now)
+            elif (
                 isinstance(item, MessageItem)
                 and isinstance(event, ItemDoneEvent)
                 and item.turn_id is not None
-                and item.turn_id == state.target_turn
+                and item.turn_id == serve.target_turn
             ):
-                state.turn_messages.append(item)
-                return []
-            if isinstance(item, FunctionCallItem) and _is_complete_call(event, item):
+                serve.turn_messages.append(item)
+            elif isinstance(item, FunctionCallItem) and _is_complete_call(event, item):
                 turn_id = item.turn_id or event.turn_id
                 if turn_id:
-                    return self._consider(
-                        state, [PendingCall.from_item(state.session_id, turn_id, item)]
-                    )
-            return []
-        if isinstance(event, TerminalTurnEvent) and event.turn_id == state.target_turn:
-            state.target_turn_status = event.turn.status
-            state.turn_end_seen = True
-        return []
+                    self._consider(PendingCall.from_item(serve.session_id, turn_id, item), now)
+            return
+        if isinstance(event, TerminalTurnEvent) and event.turn_id == serve.target_turn:
+            turn = getattr(event, "turn", None)
+            serve.target_turn_status = getattr(turn, "status", None) or _terminal_status(event)
+            serve.turn_end_seen = True
 
-    @staticmethod
-    def touches_store(state: SessionState, event: SessionEvent) -> bool:
-        """Whether :meth:`on_event` may read or write the store for ``event``: most
-        events (text deltas, Turn progress, our own results applied) do not, and need
-        no worker thread."""
-        if isinstance(event, SessionSnapshotEvent):
-            return True
-        if not isinstance(event, (ItemAddedEvent, ItemDoneEvent)):
-            return False
-        item = event.item
-        if isinstance(item, FunctionCallOutputItem):
-            return CallKey(state.session_id, item.turn_id, item.call_id) not in state.accepted
-        return isinstance(item, FunctionCallItem)
+    def on_session_read(self, answer: SessionOutcome, now: float) -> None:
+        view = self._view(answer.session_id)
+        view.reading = False
+        if answer.error is not None:
+            if isinstance(answer.error, NotFoundError):
+                self._session_gone(answer.session_id, answer.error)
+                return
+            # The server could not be read: try again after a poll interval.
+            logger.warning("Could not read Session %s: %s", answer.session_id, answer.error)
+            view.read_at = now + self.poll_interval
+            return
+        assert answer.session is not None
+        for serve in self._serves_of(answer.session_id):
+            if answer.turn is not None and answer.turn.id == serve.target_turn:
+                serve.target_turn_status = answer.turn.status
+            serve.read_once = True
+        self._on_session(answer.session_id, answer.session, now)
 
-    def on_session(self, state: SessionState, session: Session) -> list[Job]:
+    def _on_session(self, session_id: str, session: Session, now: float) -> None:
         """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
-        state.status = session.status
-        state.last_read = time.monotonic()
-        state.recheck = False
-        if session.status in _TERMINAL_STATUSES and not session.required_actions:
-            state.accepted.clear()  # nothing is pending: no announcement can repeat
-        calls: list[PendingCall] = []
+        view = self._view(session_id)
+        view.status = session.status
+        view.last_read = now
+        pending: list[PendingCall] = []
         for action in session.required_actions:
             if isinstance(action, FunctionCallAction):
-                calls.append(PendingCall.from_action(state.session_id, action))
+                pending.append(PendingCall.from_action(session_id, action))
             else:
-                self._report_action(state, action)
-        state.pending = {call.key for call in calls}
-        state.not_mine &= state.pending
-        return self._consider(state, calls)
+                self._report_action(view, action)
+        view.pending = frozenset(call.key for call in pending)
+        view.not_mine &= view.pending
+        # Forget settled calls the server no longer waits on: memory stays bounded.
+        for call in list(view.calls.values()):
+            if call.phase in _IDLE_PHASES and call.key not in view.pending:
+                self._forget(call)
+        for waiting in pending:
+            self._consider(waiting, now)
 
-    def on_turn(self, state: SessionState, turn_id: str, status: str) -> None:
-        if turn_id == state.target_turn:
-            state.target_turn_status = status
-
-    def start_turn(self, state: SessionState, turn_id: str, status: str) -> None:
-        """``run_turn`` learned the Turn its input started; no stream event has been
-        handled since the input was sent, so the reconnect count is that of the start."""
-        state.target_turn = turn_id
-        state.target_turn_status = status
-        state.reconnects_at_turn_start = state.report.reconnects
-
-    def done(self, state: SessionState, until: Literal["idle", "turn", "forever"]) -> bool:
-        if until == "forever" or state.busy() or state.recheck:
-            return False
-        if until == "turn":
-            return state.target_turn_status in ("completed", "failed", "cancelled", "incomplete")
-        if state.status == "requires_action":
-            # Waiting only on what this runner cannot do (other functions, approvals,
-            # an Environment): serving longer would change nothing.
-            return state.pending <= state.not_mine
-        return state.status in _TERMINAL_STATUSES
-
-    def next_step(
-        self,
-        state: SessionState,
-        until: Literal["idle", "turn", "forever", "connected"],
-        *,
-        connected: bool,
-        stopping: bool,
-        poll_interval: float,
-        deadline: float | None,
-    ) -> Step:
-        """What a driver's loop does next: finish, re-read the Session, or wait."""
-        if until == "connected":
-            if connected:
-                return Step(finish=True)
-        elif self.done(state, until):
-            state.report.final_status = state.status
-            return Step(finish=True)
-        if stopping and not state.busy():
-            return Step(finish=True)
-        now = time.monotonic()
-        poll_in = self.poll_due(state, poll_interval, now)
-        if state.recheck:
-            # A call was skipped while the store was down: read the Session when it may
-            # be back.
-            poll_in = min(poll_in, max(0.0, state.store_retry_at - now))
-        if poll_in == 0:
-            return Step(reconcile=True)
-        # poll_in is at most poll_interval, which bounds every wait without an event.
-        delay = self.next_delay(state, now)
-        wait = poll_in if delay is None else min(poll_in, delay)
-        if state.marks:
-            wait = min(wait, max(0.0, state.marks_since + MARK_DELAY - now))
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"Session {state.session_id} was not settled in time")
-            wait = min(wait, left)
-        return Step(wait=wait)
-
-    def housekeeping_due(self, state: SessionState) -> bool:
-        """Whether :meth:`housekeep` has work: results the store refused may be saved
-        now, or progress marks are due."""
-        now = time.monotonic()
-        return bool(state.unsaved and now >= state.store_retry_at) or self._marks_due(state, now)
-
-    def housekeep(self, state: SessionState) -> None:
-        """Save results the store refused, and write due progress marks."""
-        now = time.monotonic()
-        if state.unsaved and now >= state.store_retry_at:
-            for key, (event, owner) in list(state.unsaved.items()):
-                if not self._save(state, key, event, owner):
-                    break
-                del state.unsaved[key]
-        if self._marks_due(state, now):
-            self.flush_marks(state)
-
-    def poll_due(self, state: SessionState, interval: float, now: float | None = None) -> float:
-        """Seconds until the Session should be read again (0: now).
-
-        While the Session waits on calls other workers hold, no event may come for a
-        long time; reading it now and then notices a worker that died.
-        """
-        if state.status != "requires_action" or state.busy():
-            return interval
-        now = time.monotonic() if now is None else now
-        return max(0.0, state.last_read + interval - now)
-
-    # -- the store going away ---------------------------------------------------------
-
-    def _store_failed(self, state: SessionState, doing: str, error: StoreUnavailableError) -> None:
-        """Back off before the next attempt; the caller keeps what it could not write."""
-        delay = min(STORE_RETRY_MAX_DELAY, STORE_RETRY_DELAY * 2 ** min(state.store_failures, 16))
-        state.store_failures += 1
-        state.store_retry_at = time.monotonic() + delay
-        state.report.store_errors += 1
-        logger.warning(
-            "Result store unavailable while %s for Session %s; retrying in %.1f s: %s",
-            doing,
-            state.session_id,
-            delay,
-            error,
-        )
-
-    def _store_ok(self, state: SessionState) -> None:
-        state.store_failures = 0
-
-    def _save(
-        self, state: SessionState, key: CallKey, event: dict[str, Any], owner: str | None
-    ) -> bool:
-        """Save a result and queue it for posting; if the store is unreachable keep it in
-        ``state.unsaved`` (never post a result that is not saved). Returns whether saved."""
-        try:
-            # save_result keeps the first saved result: if another worker saved one
-            # first, that is the one to post.
-            record = self.store.save_result(key, event, owner=owner)
-        except StoreUnavailableError as exc:
-            state.unsaved[key] = (event, owner)
-            self._store_failed(state, f"saving the result of {key.call_id}", exc)
-            return False
-        self._store_ok(state)
-        self.leases.release(key)
-        state.ready.append(record)
-        return True
-
-    def _queue_mark(self, state: SessionState, key: CallKey, to: CallState) -> None:
-        if not state.marks:
-            state.marks_since = time.monotonic()
-        state.marks[key] = to  # a later mark (applied) supersedes an earlier one
-
-    def _marks_due(self, state: SessionState, now: float) -> bool:
-        return bool(state.marks) and (
-            len(state.marks) >= MARK_BATCH or now - state.marks_since >= MARK_DELAY
-        )
-
-    def flush_marks(self, state: SessionState) -> None:
-        """Write the queued progress marks in one transaction; if the store is
-        unreachable they stay queued."""
-        if not state.marks:
+    def _on_output(self, key: CallKey, now: float) -> None:
+        """An output Item proves our result applied only once the server accepted it.
+        The Item may come through the stream before the POST's answer does."""
+        call = self.calls.get(key)
+        if call is None:
             return
-        try:
-            self.store.mark_many(list(state.marks.items()))
-        except StoreUnavailableError as exc:
-            self._store_failed(state, "writing progress marks", exc)
-            return
-        state.marks.clear()
+        if call.phase is Phase.POSTED:
+            self._queue_mark(key, CallState.APPLIED, now)
+            self._done(call, "applied")
+        elif call.phase is Phase.POSTING:
+            call.output_seen = True
 
-    # -- deciding ---------------------------------------------------------------------
-
-    def _consider(self, state: SessionState, calls: Iterable[PendingCall]) -> list[Job]:
-        jobs = []
-        for call in calls:
-            try:
-                job = self._decide(state, call)
-            except StoreUnavailableError as exc:
-                # The call stays pending on the server; decide it on a later read.
-                state.recheck = True
-                self._store_failed(state, f"deciding call {call.key.call_id}", exc)
-                continue
-            self._store_ok(state)
-            if job is not None:
-                jobs.append(job)
-        return jobs
-
-    def _decide(self, state: SessionState, call: PendingCall) -> Job | None:
-        report = state.report
-        if (
-            call.key in state.in_flight
-            or call.key in state.unsaved
-            or any(record.key == call.key for record in state.ready)
-            or any(record.key == call.key for _, record in state.delayed)
-        ):
-            report.duplicates_skipped += 1
-            return None
-        function = self.registry.get(call.name)
-        if function is None:
-            return self._unknown_function(state, call)
-        # Claim straight away: a lost claim returns the existing record, so a new call
-        # costs one store round trip, not a read and then a claim.
-        claim = self._claim(call)
-        if claim.won:
-            self._begin(state, call.key)
-            return Job(call, function)
-        return self._decide_existing(state, call, function, claim.record)
-
-    def _decide_existing(
-        self,
-        state: SessionState,
-        call: PendingCall,
-        function: RegisteredFunction,
-        record: CallRecord,
-    ) -> Job | None:
-        report = state.report
-        if record.state in (CallState.APPLIED, CallState.ABANDONED):
-            report.duplicates_skipped += 1
-            return None
-        if record.has_result():
-            self._resubmit(state, call, record)
-            return None
-        if record.state is CallState.STARTED and not self.store.is_stale(record):
-            if record.owner == self.owner and not self.leases.holds(call.key):
-                # Our own claim that nothing here runs: the claim committed but the store
-                # could not confirm it (e.g. the connection broke). The function never
-                # started, so this is the first run, not a repeat.
-                self._begin(state, call.key)
-                return Job(call, function)
-            report.duplicates_skipped += 1  # another worker holds a live claim
-            return None
-        return self._in_doubt(state, call, function, record)
-
-    def _resubmit(self, state: SessionState, call: PendingCall, record: CallRecord) -> None:
-        """Send a saved result again instead of running the function again."""
-        if call.key in state.accepted:
-            state.report.duplicates_skipped += 1  # accepted in this serve; wait for it
-            return
-        state.ready.append(record)
-        state.report.results_resubmitted += 1
-
-    def _in_doubt(
-        self,
-        state: SessionState,
-        call: PendingCall,
-        function: RegisteredFunction,
-        record: CallRecord,
-    ) -> Job | None:
-        if record.state is CallState.STARTED:
-            self.store.mark(call.key, CallState.IN_DOUBT)
-        if call.key not in state.report.in_doubt:
-            state.report.in_doubt.append(call.key)
-        if function.idempotent:
-            decision = InDoubtDecision.rerun()
-        elif self.on_in_doubt is not None:
-            decision = self.on_in_doubt(
-                InDoubtCall(call.key, call.name, call.arguments, record.attempts)
-            )
-        else:
-            decision = InDoubtDecision.fail()
-        logger.warning(
-            "Call %s of %s is in doubt (started, no saved result); resolving with %s",
-            call.key.call_id,
-            call.name,
-            decision.kind,
+    def _session_gone(self, session_id: str, error: Exception) -> None:
+        message = (
+            f"Session {session_id} no longer exists (deleted, or it belongs to another "
+            "Project); stop serving it. Its saved results stay in the store."
         )
-        if decision.kind == "rerun":
-            claim = self.store.take_over(
-                call.key,
-                owner=self.owner,
-                lease_seconds=self.lease_seconds,
-                expected_attempts=record.attempts,
-            )
-            if claim.won:
-                self._begin(state, call.key)
-                return Job(call, function)
-            return self._decide_existing(state, call, function, claim.record)
-        if decision.kind == "result":
-            event = success_event(call.key, decision.value)
-        else:
-            event = failure_event(call.key, decision.error)
-        self._save(state, call.key, event, owner=None)
-        return None
+        for serve in self._serves_of(session_id):
+            serve.fatal = RunnerError(message)
+            serve.fatal.__cause__ = error
+        for call in self._calls_of(session_id):
+            if call.phase in (Phase.READY, Phase.BACKOFF):
+                self._done(call, "session_gone")
 
-    def _unknown_function(self, state: SessionState, call: PendingCall) -> Job | None:
-        """A call to a function this runner does not serve.
-
-        A result another runner saved is still resubmitted (that is how
-        ``openagentcore recover`` settles a Session without the application's code);
-        a call in doubt is reported but left to a runner that knows the function.
-        """
-        record = self.store.get(call.key)
-        if record is not None:
-            if record.state in (CallState.APPLIED, CallState.ABANDONED):
-                state.report.duplicates_skipped += 1
-                return None
-            if record.has_result():
-                self._resubmit(state, call, record)
-                return None
-            if record.state is CallState.IN_DOUBT or self.store.is_stale(record):
-                if call.key not in state.report.in_doubt:
-                    state.report.in_doubt.append(call.key)
-                state.not_mine.add(call.key)
-                return None
-        if self.unknown_functions == "leave" or record is not None:
-            if call.key not in state.report.left_pending:
-                state.report.left_pending.append(call.key)
-            state.not_mine.add(call.key)
-            return None
-        claim = self._claim(call)
-        if claim.won:
-            error = f"No function named {call.name!r} is served here."
-            self._save(state, call.key, failure_event(call.key, error), self.owner)
-        return None
-
-    def _report_action(self, state: SessionState, action: RequiredAction) -> None:
+    def _report_action(self, view: _SessionView, action: RequiredAction) -> None:
         ident = getattr(action, "request_id", None) or getattr(action, "environment_id", None)
         ident = f"{action.type}:{ident}"
-        if ident in state.reported_actions:
+        if ident in view.reported_actions:
             return
-        state.reported_actions[ident] = None
-        if len(state.reported_actions) > _REPORTED_ACTIONS_LIMIT:
-            state.reported_actions.popitem(last=False)
-        if self.on_action is not None:
-            self.on_action(state.session_id, action)
+        view.reported_actions[ident] = None
+        if len(view.reported_actions) > _REPORTED_ACTIONS_LIMIT:
+            view.reported_actions.popitem(last=False)
+        if self.action_hook:
+            self._effects.append(ReportAction(view.session_id, action))
         else:
             logger.info(
                 "Session %s requires a %s action; this runner only serves function calls",
-                state.session_id,
+                view.session_id,
                 action.type,
             )
 
-    # -- running -----------------------------------------------------------------------
+    # -- deciding ------------------------------------------------------------------------------
 
-    def execute(self, job: Job) -> dict[str, Any]:
-        """Bind arguments and call a sync function; returns the result event.
+    def _consider(self, pending: PendingCall, now: float) -> None:
+        known = self.calls.get(pending.key)
+        if known is not None and known.phase is Phase.DONE and known.outcome in _REDECIDE:
+            self._forget(known)
+            known = None
+        if known is not None:
+            if known.phase is Phase.DONE and known.outcome in (
+                "left_pending",
+                "in_doubt_elsewhere",
+            ):
+                self._view(pending.key.session_id).not_mine.add(pending.key)
+            self._count(pending.key.session_id, "duplicates_skipped")
+            return
+        if all(serve.stopping for serve in self._serves_of(pending.key.session_id)):
+            return  # stopping: leave new calls pending for the next serve
+        function = self.registry.get(pending.name)
+        call = Call(pending.key, pending.name, pending.arguments, function, Phase.LOOKING)
+        self.calls[pending.key] = call
+        self._view(pending.key.session_id).calls[pending.key] = call
+        if function is None and self.unknown_functions == "leave":
+            self._emit(call, Lookup(call.key), now)
+            return
+        call.phase = Phase.CLAIMING
+        self._emit(call, self._claim_effect(call), now)
 
-        Runs in a worker thread. It never raises for the function's own errors: those
-        become failed results.
-        """
-        try:
-            args, kwargs = job.function.bind(job.call.arguments)
-        except ArgumentsError as exc:
-            return failure_event(job.call.key, str(exc))
-        try:
-            value = job.function.func(*args, **kwargs)
-        except Exception as exc:
-            return self.failed(job, exc)
-        return self._succeeded(job, value)
-
-    async def execute_async(self, job: Job) -> dict[str, Any]:
-        """The coroutine-function twin of :meth:`execute`."""
-        try:
-            args, kwargs = job.function.bind(job.call.arguments)
-        except ArgumentsError as exc:
-            return failure_event(job.call.key, str(exc))
-        try:
-            value = await job.function.func(*args, **kwargs)
-        except Exception as exc:
-            return self.failed(job, exc)
-        return self._succeeded(job, value)
-
-    def _succeeded(self, job: Job, value: object) -> dict[str, Any]:
-        """The result event for a returned value. A value that cannot be sent fails the
-        call: the function did run, so leaving it without a result would put it in
-        doubt (and re-run an idempotent one forever)."""
-        try:
-            return success_event(job.call.key, value)
-        except (TypeError, ValueError) as exc:
-            logger.error(
-                "Function %s returned a %s, which cannot be sent as a result; return str, "
-                "JSON-compatible data, a pydantic model or content parts",
-                job.function.name,
-                type(value).__name__,
-            )
-            return self.failed(job, exc)
-
-    def failed(self, job: Job, exc: Exception) -> dict[str, Any]:
-        logger.debug("Function %s raised %s", job.function.name, type(exc).__name__)
-        if self.on_error is not None:
-            try:
-                self.on_error(job.call.key, exc)
-            except Exception:
-                logger.exception("on_error hook raised; ignoring it")
-        text = INTERNAL_ERROR
-        if self.error_formatter is not None:
-            try:
-                text = self.error_formatter(exc)
-            except Exception:
-                logger.exception("error_formatter raised; sending the generic error text")
-        return failure_event(job.call.key, text)
-
-    def finished(self, state: SessionState, key: CallKey, event: dict[str, Any]) -> None:
-        """Save a finished call's result; it is posted with the next batch."""
-        self._end(state, key)
-        state.report.calls_run += 1
-        if event.get("success") is False:
-            state.report.function_errors += 1
-        self._save(state, key, event, self.owner)
-
-    def crashed(self, state: SessionState, key: CallKey) -> None:
-        """A job ended without a result (e.g. SystemExit): it may have had its effect.
-        If the mark cannot be written, the claim's lease lapses and says the same."""
-        self._end(state, key)
-        self.leases.release(key)
-        try:
-            self.store.mark(key, CallState.IN_DOUBT)
-        except StoreUnavailableError as exc:
-            self._store_failed(state, f"marking {key.call_id} in doubt", exc)
-
-    def _claim(self, call: PendingCall) -> Claim:
-        return self.store.claim(
+    def _claim_effect(self, call: Call) -> ClaimCall:
+        return ClaimCall(
             call.key,
             function_name=call.name,
             arguments_hash=arguments_hash(call.arguments),
@@ -736,129 +608,618 @@ class RunnerCore:
             lease_seconds=self.lease_seconds,
         )
 
-    def _begin(self, state: SessionState, key: CallKey) -> None:
-        state.in_flight.add(key)
-        self.leases.hold(key)
+    def on_store_answer(self, answer: StoreAnswer, now: float) -> None:
+        effect = answer.effect
+        if isinstance(effect, WriteMarks):
+            self._on_marks_written(effect, answer.error, now)
+            return
+        if isinstance(effect, RenewLeases):
+            self._on_renewed(answer, now)
+            return
+        call = self.calls.get(effect.key)
+        if call is None or call.phase is not _ANSWERED_IN[type(effect)]:
+            if isinstance(answer.value, Claim) and answer.value.won:
+                # A claim nobody here waits for any more: give it back at once.
+                self._effects.append(Release(effect.key, self.owner))
+            return
+        if answer.error is not None:
+            self._on_store_error(call, effect, answer.error, now)
+            return
+        self._store_ok()
+        value = answer.value
+        if isinstance(effect, ClaimCall):
+            assert isinstance(value, Claim)
+            self._on_claim(call, value, now)
+        elif isinstance(effect, TakeOver):
+            assert isinstance(value, Claim)
+            if value.won:
+                self._hold(call, value.record, now)
+            else:
+                self._decide_existing(call, value.record, value.stale, now)
+        elif isinstance(effect, MarkInDoubt):
+            self._on_marked_in_doubt(call, bool(value), now)
+        elif isinstance(effect, Release):
+            self._done(call, "released")
+        elif isinstance(effect, Lookup):
+            assert isinstance(value, LookupResult)
+            self._on_lookup(call, value, now)
+        elif isinstance(effect, SaveResult):
+            assert isinstance(value, CallRecord)
+            self._on_saved(call, value, now)
 
-    def _end(self, state: SessionState, key: CallKey) -> None:
-        """The function returned; its claim stays held until its result is saved."""
-        state.in_flight.discard(key)
-
-    def close(self) -> None:
-        self.leases.close()
-
-    # -- submitting --------------------------------------------------------------------
-
-    def take_batches(self, state: SessionState, now: float | None = None) -> list[Batch]:
-        now = time.monotonic() if now is None else now
-        due = [entry for entry in state.delayed if entry[0] <= now]
-        state.delayed = [entry for entry in state.delayed if entry[0] > now]
-        records = [record for _, record in due] + state.ready
-        state.ready = []
-        return [
-            Batch(state.session_id, tuple(records[i : i + MAX_BATCH]))
-            for i in range(0, len(records), MAX_BATCH)
-        ]
-
-    def next_delay(self, state: SessionState, now: float | None = None) -> float | None:
-        """Seconds until the next delayed result is due or the store may be tried again
-        for an unsaved result, if any."""
-        due = [entry[0] for entry in state.delayed]
-        if state.unsaved:
-            due.append(state.store_retry_at)
-        if not due:
-            return None
-        now = time.monotonic() if now is None else now
-        return max(0.0, min(due) - now)
-
-    def submitted(self, state: SessionState, batch: Batch, error: Exception | None) -> list[Batch]:
-        """Record a submission's outcome; returns batches to send right away (splits).
-
-        Never touches the store: the marks it makes are queued (see ``flush_marks``)."""
-        if error is None:
-            for record in batch.records:
-                state.retries.pop(record.key, None)
-                state.accepted.add(record.key)
-                self._queue_mark(state, record.key, CallState.SUBMITTED)
-            state.report.results_submitted += len(batch.records)
-            return []
-        outcome = _classify(error)
-        if len(batch.records) > 1 and outcome is not SubmitOutcome.RETRY_LATER:
-            # One bad result rejects the whole atomic batch: find it by sending each alone.
-            return [Batch(batch.session_id, (record,)) for record in batch.records]
-        (record,) = batch.records
-        if outcome is SubmitOutcome.RETRY_SOON:
-            tries = state.retries.get(record.key, 0)
-            if tries < UNKNOWN_CALL_RETRIES:
-                state.retries[record.key] = tries + 1
-                state.delayed.append((time.monotonic() + UNKNOWN_CALL_DELAY * 2**tries, record))
-                return []
-            del state.retries[record.key]
-            state.report.rejected.append(record.key)
-            logger.warning("Result for call %s was never accepted: %s", record.key.call_id, error)
-            return []
-        if outcome is SubmitOutcome.RETRY_LATER:
-            # The server did not answer usefully even after the client's retries. The
-            # result stays saved; the next reconciliation sends it again.
-            logger.warning("Could not submit result for %s: %s", record.key.call_id, error)
-            return []
-        state.retries.pop(record.key, None)
-        self._settle_refused(state, record, error)
-        return []
-
-    def _settle_refused(self, state: SessionState, record: CallRecord, error: Exception) -> None:
-        message = _message(error)
-        if isinstance(error, ConflictError) and (
-            _DIFFERENT_RESULT in message or error.is_idempotency_conflict
+    def _on_claim(self, call: Call, claim: Claim, now: float) -> None:
+        if claim.won:
+            self._hold(call, claim.record, now)
+            return
+        record = claim.record
+        if (
+            call.key in self._unconfirmed
+            and record.owner == self.owner
+            and record.state is CallState.STARTED
+            and not record.has_result()
         ):
-            # The server holds another result for this call. Never overwrite it: surface it.
-            state.report.conflicts.append(record.key)
+            # Our own earlier claim raised but committed. The function never started
+            # (we remember every such claim), so this is its first run, not a repeat.
+            self._hold(call, record, now)
+            return
+        self._decide_existing(call, record, claim.stale, now)
+
+    def _hold(self, call: Call, record: CallRecord, now: float) -> None:
+        self._unconfirmed.discard(call.key)
+        call.lease_held = True
+        call.attempts = record.attempts
+        if call.function is None:
+            # unknown_functions="fail": the claim is ours; answer with a failure.
+            error = f"No function named {call.name!r} is served here."
+            self._save(call, failure_event(call.key, error), self.owner, now)
+            return
+        if not self._serves_of(call.key.session_id):
+            # Its serve ended while the claim was on its way: nobody will run it.
+            call.phase = Phase.RELEASING
+            call.lease_held = False
+            self._effects.append(Release(call.key, self.owner))
+            return
+        call.phase = Phase.QUEUED
+        if self._renew_at is None:
+            self._renew_at = now + self.lease_seconds / 3
+
+    def _decide_existing(self, call: Call, record: CallRecord, stale: bool, now: float) -> None:
+        """A record exists: settle the call from what it says, never by running again
+        unless it is a call in doubt whose function is idempotent."""
+        self._unconfirmed.discard(call.key)
+        call.attempts = record.attempts
+        if record.state in (CallState.APPLIED, CallState.ABANDONED):
+            self._count(call.key.session_id, "duplicates_skipped")
+            self._done(call, "duplicate")
+        elif record.state is CallState.REJECTED:
+            self._rejected(call, record, now, newly=False)
+        elif record.has_result():
+            call.record = record
+            call.phase = Phase.READY
+            self._count(call.key.session_id, "results_resubmitted")
+        elif call.function is None:
+            self._leave_unknown(call, record, stale)
+        elif record.state is CallState.IN_DOUBT:
+            self._in_doubt(call, record.attempts, now)
+        elif stale or record.owner == self.owner:
+            # Nobody can be trusted to finish it (lease expired, owner gone, or this
+            # process's own claim that nothing here runs): it may have run.
+            call.phase = Phase.MARKING_IN_DOUBT
+            self._emit(call, MarkInDoubt(call.key, self.owner, record.attempts), now)
+        else:
+            # Another worker holds a live claim: read the Session again later.
+            self._count(call.key.session_id, "duplicates_skipped")
+            self._forget(call)
+
+    def _on_lookup(self, call: Call, found: LookupResult, now: float) -> None:
+        record = found.record
+        if record is None:
+            if call.function is None:
+                self._leave_unknown(call, None, False)
+            else:  # re-checking a call whose record vanished: claim it afresh
+                call.phase = Phase.CLAIMING
+                self._emit(call, self._claim_effect(call), now)
+            return
+        self._decide_existing(call, record, found.stale, now)
+
+    def _leave_unknown(self, call: Call, record: CallRecord | None, stale: bool) -> None:
+        """A call to a function this runner does not serve: left for a runner that does.
+
+        A result someone saved was resubmitted above (that is how ``openagentcore
+        recover`` settles a Session without the application's code).
+        """
+        view = self._view(call.key.session_id)
+        view.not_mine.add(call.key)
+        report_to = "left_pending"
+        if record is not None and (record.state is CallState.IN_DOUBT or stale):
+            report_to = "in_doubt"
+        self._report_key(call.key.session_id, report_to, call.key)
+        self._done(call, "left_pending" if report_to == "left_pending" else "in_doubt_elsewhere")
+
+    def _on_marked_in_doubt(self, call: Call, changed: bool, now: float) -> None:
+        if call.lease_held:
+            # Our own function ended without a result: it may have had its effect.
+            call.lease_held = False
+            self._report_key(call.key.session_id, "in_doubt", call.key)
+            if changed:
+                self._done(call, "in_doubt")
+                return
+        if not changed:
+            # Someone moved it first (took it over, saved a result): look again.
+            call.phase = Phase.LOOKING
+            self._emit(call, Lookup(call.key), now)
+            return
+        self._in_doubt(call, call.attempts, now)
+
+    def _in_doubt(self, call: Call, attempts: int, now: float) -> None:
+        """A call that started and left no result: decide without running it blindly."""
+        self._report_key(call.key.session_id, "in_doubt", call.key)
+        function = call.function
+        assert function is not None
+        if function.idempotent:
+            if attempts < function.max_attempts:
+                self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)
+            else:
+                logger.warning(
+                    "Call %s of %s is in doubt after %d attempts (max_attempts); failing it",
+                    call.key.call_id,
+                    call.name,
+                    attempts,
+                )
+                self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)
+        elif self.in_doubt_hook:
+            call.phase = Phase.DECIDING
+            self._effects.append(AskInDoubt(call.key, call.name, call.arguments, attempts))
+        else:
+            self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)
+
+    def on_in_doubt_answer(self, answer: InDoubtAnswer, now: float) -> None:
+        """The ``on_in_doubt`` hook decided (a hook that raised decides ``fail``)."""
+        call = self.calls.get(answer.key)
+        if call is None or call.phase is not Phase.DECIDING:
+            return
+        self._decided(call, call.attempts, answer, now)
+
+    def _decided(self, call: Call, attempts: int, answer: InDoubtAnswer, now: float) -> None:
+        logger.warning(
+            "Call %s of %s is in doubt (started, no saved result); resolving with %s",
+            call.key.call_id,
+            call.name,
+            answer.kind,
+        )
+        if answer.kind == "rerun":
+            call.phase = Phase.TAKING_OVER
+            self._emit(call, TakeOver(call.key, self.owner, self.lease_seconds, attempts), now)
+            return
+        event: dict[str, Any]
+        if answer.kind == "result":
+            try:
+                event = success_event(call.key, answer.value)
+            except (TypeError, ValueError):
+                logger.error("on_in_doubt's result for %s cannot be sent", call.key.call_id)
+                event = failure_event(call.key, IN_DOUBT_ERROR)
+        else:
+            event = failure_event(call.key, answer.error or IN_DOUBT_ERROR)
+        self._save(call, event, None, now)
+
+    # -- running -----------------------------------------------------------------------------
+
+    def _start_queued(self) -> None:
+        for call in self.calls.values():
+            if self._running >= self.max_concurrency:
+                return
+            if call.phase is not Phase.QUEUED or call.function is None:
+                continue
+            limit = call.function.max_concurrency
+            if limit is not None and self._running_of(call.function.name) >= limit:
+                continue
+            call.phase = Phase.RUNNING
+            self._running += 1
+            self._effects.append(
+                RunFunction(call.key, call.function, call.arguments, call.attempts)
+            )
+
+    def _running_of(self, name: str) -> int:
+        return sum(1 for c in self.calls.values() if c.phase is Phase.RUNNING and c.name == name)
+
+    def on_function_done(self, outcome: FunctionOutcome, now: float) -> None:
+        call = self.calls.get(outcome.key)
+        if call is None or call.phase is not Phase.RUNNING:
+            return
+        self._running -= 1
+        session = call.key.session_id
+        if outcome.event is None:
+            # It ended without a result (SystemExit or the like): it may have had its
+            # effect. Keep the lease until the store says "in doubt".
+            call.phase = Phase.MARKING_IN_DOUBT
+            self._emit(call, MarkInDoubt(call.key, self.owner, call.attempts), now)
+            return
+        if outcome.ran:
+            self._count(session, "calls_run")
+        if outcome.event.get("success") is False:
+            self._count(session, "function_errors")
+        self._save(call, outcome.event, self.owner, now)
+
+    def _release_unrun(self, session_id: str, now: float) -> None:
+        """Claims of a Session no serve follows any more, whose functions never started."""
+        if self._serves_of(session_id):
+            return
+        for call in self._calls_of(session_id):
+            if call.phase is Phase.QUEUED:
+                call.phase = Phase.RELEASING
+                call.lease_held = False
+                self._emit(call, Release(call.key, self.owner), now)
+            elif call.phase in _NOT_STARTED and call.retry is not None:
+                self._done(call, "abandoned_by_serve")
+
+    # -- saving ------------------------------------------------------------------------------
+
+    def _save(self, call: Call, event: dict[str, Any], owner: str | None, now: float) -> None:
+        call.phase = Phase.SAVING
+        call.event = event
+        self._emit(call, SaveResult(call.key, event, owner), now)
+
+    def _on_saved(self, call: Call, record: CallRecord, now: float) -> None:
+        call.lease_held = False
+        call.event = None
+        if not record.has_result():
+            # The call was settled meanwhile (abandoned); nothing to post.
+            self._done(call, "duplicate")
+            return
+        if record.state is CallState.REJECTED:
+            self._rejected(call, record, now, newly=False)
+            return
+        call.record = record
+        call.phase = Phase.READY
+
+    # -- submitting --------------------------------------------------------------------------
+
+    def _take_batches(self, now: float) -> None:
+        by_session: dict[str, list[Call]] = {}
+        for call in self.calls.values():
+            if call.phase is Phase.READY or (
+                call.phase is Phase.BACKOFF and call.not_before <= now
+            ):
+                by_session.setdefault(call.key.session_id, []).append(call)
+        for session_id, calls in by_session.items():
+            chunks = [[call] for call in calls if call.alone]
+            together = [call for call in calls if not call.alone]
+            chunks += [together[i : i + MAX_BATCH] for i in range(0, len(together), MAX_BATCH)]
+            for chunk in chunks:
+                for call in chunk:
+                    call.phase = Phase.POSTING
+                records = tuple(call.record for call in chunk if call.record is not None)
+                self._effects.append(PostResults(Batch(session_id, records)))
+
+    def on_posted(self, outcome: PostOutcome, now: float) -> None:
+        calls = [self.calls.get(record.key) for record in outcome.batch.records]
+        mine = [call for call in calls if call is not None and call.phase is Phase.POSTING]
+        error = outcome.error
+        if error is None:
+            for call in mine:
+                call.phase = Phase.POSTED
+                self._count(call.key.session_id, "results_submitted")
+                if call.output_seen:
+                    self._queue_mark(call.key, CallState.APPLIED, now)
+                    self._done(call, "applied")
+                else:
+                    self._queue_mark(call.key, CallState.SUBMITTED, now)
+            return
+        if isinstance(error, NotFoundError):
+            self._session_gone(outcome.batch.session_id, error)
+            return
+        kind = classify_refusal(error)
+        if len(mine) > 1 and kind != "retry_later":
+            # One bad result refuses the whole atomic batch: find it by sending each alone.
+            for call in mine:
+                call.phase = Phase.READY
+                call.alone = True
+            return
+        for call in mine:
+            self._on_refused(call, kind, error, now)
+
+    def _on_refused(self, call: Call, kind: str, error: Exception, now: float) -> None:
+        if kind == "retry_soon" and call.unknown_call_tries < UNKNOWN_CALL_RETRIES:
+            call.phase = Phase.BACKOFF
+            call.not_before = now + UNKNOWN_CALL_DELAY * 2**call.unknown_call_tries
+            call.unknown_call_tries += 1
+            return
+        if kind == "retry_later":
+            # The server did not answer usefully even after the client's retries. The
+            # result stays saved; it is posted again, later and later.
+            delay = min(POST_RETRY_MAX_DELAY, POST_RETRY_DELAY * 2 ** min(call.post_failures, 16))
+            call.post_failures += 1
+            call.phase = Phase.BACKOFF
+            call.not_before = now + delay
+            logger.warning(
+                "Could not submit the result of call %s (%s); retrying in %.1f s",
+                call.key.call_id,
+                error,
+                delay,
+            )
+            return
+        if kind == "conflict":
+            # The server holds another result for this call. Never overwrite it.
+            self._report_key(call.key.session_id, "conflicts", call.key)
             logger.error(
                 "Call %s already has a different result on the server; the saved one was "
                 "not applied. Inspect it with `openagentcore calls show`.",
-                record.key.call_id,
+                call.key.call_id,
             )
-        elif isinstance(error, ConflictError):
-            state.report.abandoned.append(record.key)
+            self._queue_mark(call.key, CallState.ABANDONED, now)
+            self._done(call, "conflict")
+        elif kind == "abandoned":
+            self._report_key(call.key.session_id, "abandoned", call.key)
+            self._queue_mark(call.key, CallState.ABANDONED, now)
+            self._done(call, "abandoned")
         else:
-            # Sending the saved result again would be refused again, and it is never
-            # replaced: leave the call for a person, so serve can end.
-            state.report.rejected.append(record.key)
-            state.not_mine.add(record.key)
             logger.error(
                 "The server refused the result for call %s: %s. The call stays pending; "
                 "inspect it with `openagentcore calls show`.",
-                record.key.call_id,
+                call.key.call_id,
                 error,
             )
-        self._queue_mark(state, record.key, CallState.ABANDONED)
+            assert call.record is not None
+            self._rejected(call, call.record, now, newly=True)
 
-    def _mark_applied(self, state: SessionState, key: CallKey) -> None:
-        """An output Item proves our result was applied only once the server accepted it
-        (``SUBMITTED``); before that, the Item carries a result someone else sent."""
-        try:
-            record = self.store.get(key)
-        except StoreUnavailableError as exc:
-            self._store_failed(state, f"reading {key.call_id}", exc)
+    def _rejected(self, call: Call, record: CallRecord, now: float, *, newly: bool) -> None:
+        """A result the server refused: never re-run, never pruned, reported each time."""
+        self._report_key(call.key.session_id, "rejected", call.key)
+        self._view(call.key.session_id).not_mine.add(call.key)
+        if newly:
+            self._queue_mark(call.key, CallState.REJECTED, now)
+        self._done(call, "rejected")
+
+    # -- progress marks, leases, store health -------------------------------------------------
+
+    def _queue_mark(self, key: CallKey, to: CallState, now: float) -> None:
+        if not self._marks:
+            self._marks_due = now + MARK_DELAY
+        self._marks[key] = to  # a later mark (applied) supersedes an earlier one
+        self._marks_failed = False
+
+    def _marks_outstanding(self, session_id: str) -> bool:
+        return self._marks_writing or any(k.session_id == session_id for k in self._marks)
+
+    def _flush_marks(self, now: float) -> None:
+        if not self._marks or self._marks_writing:
             return
-        if record is not None and record.state is CallState.SUBMITTED:
-            self._queue_mark(state, key, CallState.APPLIED)
+        changes = tuple(self._marks.items())
+        self._marks.clear()
+        self._marks_writing = True
+        self._effects.append(WriteMarks(changes))
+
+    def _on_marks_written(self, effect: WriteMarks, error: Exception | None, now: float) -> None:
+        self._marks_writing = False
+        if error is None:
+            self._store_ok()
+            return
+        # Bookkeeping only: put them back (newer marks win) and try again later.
+        for key, state in effect.changes:
+            self._marks.setdefault(key, state)
+        self._marks_due = now + MARK_DELAY
+        self._marks_failed = True
+        self._store_failed(f"writing progress marks ({error})", now)
+
+    def _on_renewed(self, answer: StoreAnswer, now: float) -> None:
+        self._renewing = False
+        self._renew_at = now + self.lease_seconds / 3
+        if answer.error is not None:
+            logger.warning("Could not renew leases, retrying next round: %s", answer.error)
+            return
+        lost = answer.value if isinstance(answer.value, tuple) else ()
+        for key in lost:
+            call = self.calls.get(key)
+            if call is not None and call.lease_held:
+                logger.warning("Lost the lease on call %s; another worker may take it", key.call_id)
+
+    def _on_store_error(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
+        if not isinstance(error, StoreUnavailableError):
+            self._on_store_refused(call, effect, error, now)
+            return
+        self._store_failed(f"{type(effect).__name__} of call {call.key.call_id} ({error})", now)
+        if isinstance(effect, ClaimCall):
+            # The claim may have committed. Remember it, forget the call, and let a
+            # later read of the Session decide it again once the store is back.
+            self._unconfirmed.add(call.key)
+            self._forget(call)
+            view = self._view(call.key.session_id)
+            view.read_at = max(view.read_at or 0.0, self._store_retry_at)
+            return
+        call.retry = effect
+        call.not_before = self._store_retry_at
+
+    def _on_store_refused(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
+        """A permanent store error (data the store cannot hold): the model gets a failed
+        result, posted without a record, since it can never be saved."""
+        logger.error(
+            "The result store refused %s of call %s: %s",
+            type(effect).__name__,
+            call.key.call_id,
+            error,
+        )
+        if isinstance(effect, SaveResult) and effect.event.get("success") is not False:
+            failure = failure_event(call.key, "The function's result could not be recorded.")
+            self._save(call, failure, effect.owner, now)
+            return
+        if isinstance(effect, (WriteMarks, RenewLeases)):
+            return
+        call.lease_held = False
+        call.record = CallRecord(
+            key=call.key,
+            function_name=call.name,
+            arguments_hash="",
+            state=CallState.COMPLETED,
+            result=failure_event(call.key, "This call cannot be recorded by the runner."),
+            idempotency_key=idempotency_key_for(call.key),
+            attempts=max(call.attempts, 1),
+            owner=self.owner,
+            lease_expires_at=None,
+            created_at=0.0,
+            updated_at=0.0,
+        )
+        call.phase = Phase.READY
+
+    def _store_failed(self, doing: str, now: float) -> None:
+        delay = min(STORE_RETRY_MAX_DELAY, STORE_RETRY_DELAY * 2 ** min(self._store_failures, 16))
+        self._store_failures += 1
+        self._store_retry_at = now + delay
+        for serve in self.serves.values():
+            serve.report.store_errors += 1
+        logger.warning("Result store unavailable while %s; retrying in %.1f s", doing, delay)
+
+    def _store_ok(self) -> None:
+        self._store_failures = 0
+
+    # -- the loop's clockwork ------------------------------------------------------------------
+
+    def take_effects(self, now: float) -> list[Effect]:
+        """Everything due now; the driver carries each out and feeds back its answer."""
+        for call in self.calls.values():
+            if call.retry is not None and call.not_before <= now:
+                effect, call.retry = call.retry, None
+                self._effects.append(effect)
+        self._start_queued()
+        self._take_batches(now)
+        for view in self._sessions.values():
+            read_at = self._next_read(view)
+            if read_at is not None and read_at <= now:
+                view.reading = True
+                view.read_at = None
+                turn = next(
+                    (s.target_turn for s in self._serves_of(view.session_id) if s.target_turn),
+                    None,
+                )
+                self._effects.append(ReadSession(view.session_id, turn))
+        if (
+            self._marks
+            and not self._marks_writing
+            and (len(self._marks) >= MARK_BATCH or now >= self._marks_due)
+            and now >= self._store_retry_at
+        ):
+            self._flush_marks(now)
+        held = tuple(c.key for c in self.calls.values() if c.lease_held)
+        if held and not self._renewing and self._renew_at is not None and now >= self._renew_at:
+            self._renewing = True
+            self._effects.append(RenewLeases(held, self.owner, self.lease_seconds))
+        if not held:
+            self._renew_at = None
+        effects, self._effects = self._effects, []
+        return effects
+
+    def next_wakeup(self, now: float) -> float:
+        """Seconds until something is due without any new input (at most the poll
+        interval, which bounds every wait)."""
+        due = [now + self.poll_interval]
+        due += [c.not_before for c in self.calls.values() if c.retry is not None]
+        due += [c.not_before for c in self.calls.values() if c.phase is Phase.BACKOFF]
+        for view in self._sessions.values():
+            read_at = self._next_read(view)
+            if read_at is not None:
+                due.append(read_at)
+        if self._marks and not self._marks_writing:
+            due.append(max(self._marks_due, self._store_retry_at))
+        if self._renew_at is not None and not self._renewing:
+            due.append(self._renew_at)
+        return max(0.0, min(due) - now)
+
+    def _next_read(self, view: _SessionView) -> float | None:
+        """When the Session should be read next, if at all."""
+        if view.reading or not self._serves_of(view.session_id):
+            return None
+        if view.read_at is not None:
+            return view.read_at
+        # While the Session waits on calls other workers hold, no event may come for a
+        # long time; reading it now and then notices a worker that died.
+        if view.status == "requires_action" and not self.busy(view.session_id):
+            return view.last_read + self.poll_interval
+        return None
+
+    def _want_read(self, view: _SessionView, now: float) -> None:
+        view.read_at = now if view.read_at is None else min(view.read_at, now)
+
+    # -- small helpers -------------------------------------------------------------------------
+
+    def _emit(self, call: Call, effect: Effect, now: float) -> None:
+        if now < self._store_retry_at:
+            call.retry = effect
+            call.not_before = self._store_retry_at
+        else:
+            self._effects.append(effect)
+
+    def _done(self, call: Call, outcome: str) -> None:
+        call.phase = Phase.DONE
+        call.outcome = outcome
+        call.lease_held = False
+        call.retry = None
+
+    def _forget(self, call: Call) -> None:
+        self.calls.pop(call.key, None)
+        self._view(call.key.session_id).calls.pop(call.key, None)
+
+    def _view(self, session_id: str) -> _SessionView:
+        view = self._sessions.get(session_id)
+        if view is None:
+            view = self._sessions[session_id] = _SessionView(session_id)
+        return view
+
+    def _serves_of(self, session_id: str) -> list[Serve]:
+        return [serve for serve in self.serves.values() if serve.session_id == session_id]
+
+    def _calls_of(self, session_id: str) -> list[Call]:
+        return list(self._view(session_id).calls.values())
+
+    def _count(self, session_id: str, name: str, amount: int = 1) -> None:
+        for serve in self._serves_of(session_id):
+            setattr(serve.report, name, getattr(serve.report, name) + amount)
+
+    def _report_key(self, session_id: str, name: str, key: CallKey) -> None:
+        for serve in self._serves_of(session_id):
+            keys: list[CallKey] = getattr(serve.report, name)
+            if key not in keys:
+                keys.append(key)
+
+
+def classify_refusal(error: Exception) -> str:
+    """What a failed POST of results means: ``retry_soon`` (the call is not pending
+    yet), ``retry_later`` (nothing useful was said), ``conflict`` (the server holds
+    another result), ``abandoned`` (the Turn cannot take it any more) or ``rejected``
+    (the server refused this result).
+
+    409s are told apart by ``code`` first; the message is only a fallback for servers
+    that answer ``conflict_error`` for everything, as the contract's own table does.
+    """
+    if isinstance(error, BadRequestError) and _UNKNOWN_CALL in _message(error):
+        return "retry_soon"
+    if isinstance(error, APIConnectionError):
+        return "retry_later"
+    if isinstance(error, ConflictError):
+        code = getattr(error, "code", None)
+        message = _message(error)
+        if code == "idempotency_conflict" or error.is_idempotency_conflict:
+            return "conflict"
+        if code == "turn_conflict":
+            return "abandoned"
+        if _DIFFERENT_RESULT in message:
+            return "conflict"
+        if _CANNOT_ACCEPT in message:
+            return "abandoned"
+        return "retry_later"  # e.g. earlier input still pending: it passes
+    if isinstance(error, APIStatusError):
+        if error.status_code >= 500 or error.status_code in (408, 425, 429):
+            return "retry_later"
+        return "rejected"
+    return "retry_later"
 
 
 def _message(error: Exception) -> str:
     return str(getattr(error, "message", error)).lower()
 
 
-def _classify(error: Exception) -> SubmitOutcome:
-    if isinstance(error, BadRequestError) and _UNKNOWN_CALL in _message(error):
-        return SubmitOutcome.RETRY_SOON
-    if isinstance(error, (APIConnectionError,)):
-        return SubmitOutcome.RETRY_LATER
-    if isinstance(error, APIStatusError) and (
-        error.status_code >= 500 or error.status_code in (408, 429)
-    ):
-        return SubmitOutcome.RETRY_LATER
-    return SubmitOutcome.SETTLED
+def _terminal_status(event: TerminalTurnEvent) -> str:
+    """``completed`` from ``agent.session.turn.completed``, when the event has no Turn."""
+    kind: str = getattr(event, "type", "")
+    return kind.rsplit(".", 1)[-1]
 
 
 def _is_complete_call(event: ItemAddedEvent | ItemDoneEvent, item: FunctionCallItem) -> bool:

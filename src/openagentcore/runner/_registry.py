@@ -36,6 +36,10 @@ class RegisteredFunction:
     func: Callable[..., Any] = field(repr=False)
     idempotent: bool = False
     defer_loading: bool = False
+    #: Runs of one call at most (the first and re-runs of an idempotent call in doubt).
+    max_attempts: int = 3
+    #: Calls of this function running at once, or ``None`` for the runner's limit.
+    max_concurrency: int | None = None
     _binder: Callable[[Mapping[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]] = field(
         default=lambda _: ((), {}), repr=False
     )

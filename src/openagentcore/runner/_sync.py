@@ -1,54 +1,79 @@
 """``FunctionRunner``: the blocking driver of :class:`RunnerCore`.
 
-Threads: the caller's thread makes every decision and every request except the stream
-read; one reader thread follows the live stream (reconnecting with backoff); a pool
-runs the functions. They talk through one queue, so decisions never race.
+One pump thread owns the core: it feeds it messages and hands the effects it returns
+to thread pools (store, HTTP, functions), whose outcomes come back as messages. Each
+``serve`` attaches to the core, follows its Session's stream in a reader thread and
+waits for the pump's verdict. The pump outlives any one serve, so a function still
+running when its serve ends is saved and posted all the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
-import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
-from types import FrameType
-from typing import Any, Literal
+from typing import Any
 
 import tenacity
 from typing_extensions import Unpack
 
 from .._client import Client
-from .._errors import APIStatusError, NotFoundError, OpenAgentCoreError
+from .._errors import OpenAgentCoreError
 from .._streaming import EventStream
 from ..types import UserMessage
 from ._base import (
-    Connected,
-    Dropped,
-    Fatal,
-    Finished,
-    Lost,
-    Message,
-    Received,
     RunnerBase,
     RunnerError,
     RunnerOptions,
+    ServeTimeout,
     Until,
-    Wake,
     final_text,
     input_event,
     parse_output,
 )
-from ._core import Job, SessionState
+from ._core import Mode, Serve
+from ._effects import (
+    AskInDoubt,
+    Effect,
+    FunctionOutcome,
+    PostOutcome,
+    PostResults,
+    ReadSession,
+    ReportAction,
+    RunFunction,
+    SessionOutcome,
+    perform_store,
+)
+from ._execution import call_async, call_sync
+from ._pump import (
+    Connected,
+    Dropped,
+    Message,
+    Received,
+    Stop,
+    StreamFailed,
+    Wake,
+    ask_in_doubt,
+    feed,
+    judge,
+    reconnectable,
+)
 from ._report import ServeReport, TurnResult
+from ._signals import on_shutdown_signal
 
 __all__ = ["FunctionRunner"]
 
 logger = logging.getLogger("openagentcore.runner")
+
+#: Threads for store calls (lease renewals among them) and for HTTP requests: kept
+#: apart, so a hanging request never delays a lease renewal.
+_STORE_THREADS = 4
+_HTTP_THREADS = 4
 
 
 class FunctionRunner(RunnerBase):
@@ -63,11 +88,18 @@ class FunctionRunner(RunnerBase):
     def __init__(self, client: Client, **options: Unpack[RunnerOptions]) -> None:
         super().__init__(**options)
         self.client = client
-        self._pool = ThreadPoolExecutor(
+        self._lock = threading.Lock()
+        #: Notified after every round of the pump.
+        self._changed = threading.Condition(self._lock)
+        self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self._verdicts: dict[int, BaseException | None] = {}
+        self._functions = ThreadPoolExecutor(
             self.max_concurrency, thread_name_prefix="openagentcore-call"
         )
-        self._stopping = threading.Event()
-        self._inboxes: set[queue.Queue[Message]] = set()
+        self._store_pool = ThreadPoolExecutor(_STORE_THREADS, thread_name_prefix="oac-store")
+        self._http_pool = ThreadPoolExecutor(_HTTP_THREADS, thread_name_prefix="oac-http")
+        self._pump_thread: threading.Thread | None = None
+        self._closing = False
 
     # -- public API ----------------------------------------------------------------------
 
@@ -75,12 +107,19 @@ class FunctionRunner(RunnerBase):
         self, session_id: str, *, until: Until = "idle", timeout: float | None = None
     ) -> ServeReport:
         """Serve the Session's calls until it is idle or failed with nothing pending
-        (``until="forever"``: until :meth:`stop`, SIGINT or SIGTERM)."""
-        state = SessionState(session_id, ServeReport(session_id))
-        self._stopping.clear()
-        with self._signals(until == "forever"), _Reader(self, session_id) as reader:
-            self._loop(state, reader, until, _deadline(timeout))
-        return state.report
+        (``until="forever"``: until :meth:`stop`, SIGINT or SIGTERM).
+
+        Raises :class:`~openagentcore.runner.ServeTimeout` (a ``TimeoutError`` carrying
+        the report) when ``timeout`` passes first.
+        """
+        serve = self._attach(session_id, until)
+        signals = on_shutdown_signal(self.stop) if until == "forever" else contextlib.nullcontext()
+        try:
+            with signals, _Reader(self, serve):
+                self._wait(serve, _deadline(timeout), interruptible=until == "idle")
+        finally:
+            self._detach(serve)
+        return serve.report
 
     def run_turn(
         self,
@@ -94,65 +133,77 @@ class FunctionRunner(RunnerBase):
 
         Subscribes before sending, so no event of the Turn is missed.
         """
-        state = SessionState(session_id, ServeReport(session_id))
         deadline = _deadline(timeout)
-        with _Reader(self, session_id) as reader:
-            self._loop(state, reader, "connected", deadline)
-            self.client.sessions.events.create(session_id, events=[input_event(input)])
-            # The Turn is created in the same transaction that admits the input.
-            latest = self.client.sessions.turns.list(session_id, order="desc", limit=1)
-            if not latest.data:
-                raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
-            self._core.start_turn(state, latest.data[0].id, latest.data[0].status)
-            self._loop(state, reader, "turn", deadline)
-        assert state.target_turn is not None
-        items: Sequence[object] | None = state.streamed_answer()
+        serve = self._attach(session_id, "connected")
+        try:
+            with _Reader(self, serve):
+                self._wait(serve, deadline, interruptible=False)
+                self.client.sessions.events.create(session_id, events=[input_event(input)])
+                # The Turn is created in the same transaction that admits the input.
+                latest = self.client.sessions.turns.list(session_id, order="desc", limit=1)
+                if not latest.data:
+                    raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
+                with self._lock:
+                    self._core.start_turn(serve, latest.data[0].id, latest.data[0].status)
+                    self._core.set_until(serve, "turn")
+                    self._verdicts.pop(serve.id, None)  # the verdict on "connected"
+                self._inbox.put(Wake())
+                self._wait(serve, deadline, interruptible=True)
+        finally:
+            self._detach(serve)
+        assert serve.target_turn is not None
+        items: Sequence[object] | None = serve.streamed_answer()
         if items is None:
             items = list(self.client.sessions.items.list(session_id, order="asc"))
-        text = final_text(items, state.target_turn)
+        text = final_text(items, serve.target_turn)
         return TurnResult(
             session_id=session_id,
-            turn_id=state.target_turn,
-            status=state.target_turn_status or "unknown",
+            turn_id=serve.target_turn,
+            status=serve.target_turn_status or "unknown",
             text=text,
             output=parse_output(text, output_type),
-            report=state.report,
+            report=serve.report,
         )
 
-    def recover(self, session_id: str) -> ServeReport:
+    def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
         """One reconciliation pass: resubmit saved results, settle calls in doubt, run
         new pending calls, then return without following the stream."""
-        state = SessionState(session_id, ServeReport(session_id))
-        inbox: queue.Queue[Message] = queue.Queue()
-        self._reconcile(state, inbox)
-        while state.busy():
-            self._submit(state)
-            if state.in_flight:
-                message: Message | None = None
-                with suppress(queue.Empty):
-                    message = inbox.get(timeout=self._core.next_delay(state))
-                if message is not None:
-                    self._handle(state, message, inbox)
-            elif state.delayed or state.unsaved:
-                time.sleep(self._core.next_delay(state) or 0)
-            if self._core.housekeeping_due(state):
-                self._core.housekeep(state)
-        self._core.flush_marks(state)
-        state.report.final_status = state.status
-        return state.report
+        serve = self._attach(session_id, "once")
+        try:
+            self._wait(serve, _deadline(timeout), interruptible=True)
+        finally:
+            self._detach(serve)
+        return serve.report
 
     def stop(self) -> None:
-        """Ask a running ``serve`` to finish its in-flight calls and return.
+        """Ask the serves running now to finish their in-flight calls and return.
 
-        Safe to call from a signal handler or another thread.
+        Serves started later are not affected. Safe to call from a signal handler or
+        another thread.
         """
-        self._stopping.set()
-        for inbox in list(self._inboxes):
-            inbox.put(Wake())
+        self._inbox.put(Stop(self._core.last_serve_id))
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        self._core.close()
+        """Finish in the background what ended serves left (within ``shutdown_grace``),
+        then stop the runner's threads and close the store."""
+        deadline = time.monotonic() + self.shutdown_grace
+        with self._lock:
+            while self._pump_thread is not None and self._core.busy():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    logger.warning(
+                        "Closing with calls still in progress; a restarted runner settles them"
+                    )
+                    break
+                self._changed.wait(left)
+            self._closing = True
+            thread = self._pump_thread
+        self._inbox.put(Wake())
+        if thread is not None:
+            thread.join()
+        self._functions.shutdown(wait=False)
+        self._store_pool.shutdown(wait=True)
+        self._http_pool.shutdown(wait=True)
         self.store.close()
 
     def __enter__(self) -> FunctionRunner:
@@ -161,142 +212,171 @@ class FunctionRunner(RunnerBase):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- the loop ----------------------------------------------------------------------------
+    # -- serving ------------------------------------------------------------------------------
 
-    def _loop(
-        self,
-        state: SessionState,
-        reader: _Reader,
-        until: Until | Literal["turn", "connected"],
-        deadline: float | None,
-    ) -> None:
-        core = self._core
-        while True:
-            step = core.next_step(
-                state,
-                until,
-                connected=reader.connected_once,
-                stopping=self._stopping.is_set(),
-                poll_interval=self.poll_interval,
-                deadline=deadline,
-            )
-            if step.finish:
-                core.flush_marks(state)
-                return
-            if step.reconcile:
-                self._reconcile(state, reader.inbox)
-                continue
-            try:
-                message: Message | None = reader.inbox.get(timeout=step.wait)
-            except queue.Empty:
-                message = None
-            while message is not None:
-                self._handle(state, message, reader.inbox)
-                try:
-                    message = reader.inbox.get_nowait()
-                except queue.Empty:
-                    message = None
-            self._submit(state)
-            if core.housekeeping_due(state):
-                core.housekeep(state)
-
-    def _handle(self, state: SessionState, message: Message, inbox: queue.Queue[Message]) -> None:
-        if isinstance(message, Received):
-            self._start(state, self._core.on_event(state, message.event), inbox)
-        elif isinstance(message, Finished):
-            self._core.finished(state, message.key, message.event)
-        elif isinstance(message, Connected):
-            self._reconcile(state, inbox)
-        elif isinstance(message, Dropped):
-            state.report.reconnects += 1
-        elif isinstance(message, Lost):
-            self._core.crashed(state, message.key)
-        elif isinstance(message, Fatal):
-            raise _fatal(state.session_id, message.error)
-
-    def _reconcile(self, state: SessionState, inbox: queue.Queue[Message]) -> None:
-        try:
-            session = self.client.sessions.retrieve(state.session_id)
-        except NotFoundError as exc:
-            raise _fatal(state.session_id, exc) from exc
-        self._start(state, self._core.on_session(state, session), inbox)
-        if state.target_turn is not None:
-            turn = self.client.sessions.turns.retrieve(
-                state.target_turn, session_id=state.session_id
-            )
-            self._core.on_turn(state, turn.id, turn.status)
-
-    def _start(self, state: SessionState, jobs: list[Job], inbox: queue.Queue[Message]) -> None:
-        for job in jobs:
-            self._pool.submit(self._run, job, inbox)
-
-    def _run(self, job: Job, inbox: queue.Queue[Message]) -> None:
-        try:
-            if job.function.is_async:
-                event = asyncio.run(self._core.execute_async(job))
-            else:
-                event = self._core.execute(job)
-        except BaseException:
-            # SystemExit or the like inside the function: no result, so the call stays
-            # claimed and becomes in doubt; the loop must not wait for it forever.
-            inbox.put(Lost(job.call.key))
-            raise
-        inbox.put(Finished(job.call.key, event))
-
-    def _submit(self, state: SessionState) -> None:
-        batches = self._core.take_batches(state)
-        while batches:
-            batch = batches.pop(0)
-            error: Exception | None = None
-            try:
-                self.client.sessions.events.create(
-                    batch.session_id, events=batch.events, idempotency_key=batch.idempotency_key
+    def _attach(self, session_id: str, until: Mode) -> Serve:
+        with self._lock:
+            if self._closing:
+                raise RunnerError("This runner is closed; create a new one")
+            serve = self._core.attach(session_id, until, time.monotonic())
+            if self._pump_thread is None:
+                self._pump_thread = threading.Thread(
+                    target=self._pump, name="openagentcore-runner", daemon=True
                 )
-            except NotFoundError as exc:
-                raise _fatal(state.session_id, exc) from exc
-            except OpenAgentCoreError as exc:
-                error = exc
-            batches.extend(self._core.submitted(state, batch, error))
+                self._pump_thread.start()
+        self._inbox.put(Wake())
+        return serve
 
-    @contextmanager
-    def _signals(self, install: bool) -> Iterator[None]:
-        """SIGINT/SIGTERM stop a daemon gracefully: in-flight calls finish and submit."""
-        if not install or threading.current_thread() is not threading.main_thread():
-            yield
-            return
+    def _detach(self, serve: Serve) -> None:
+        with self._lock:
+            self._core.detach(serve, time.monotonic())
+            self._verdicts.pop(serve.id, None)
+        self._inbox.put(Wake())
 
-        def handler(signum: int, frame: FrameType | None) -> None:
-            logger.info("Received signal %s; finishing in-flight calls", signum)
-            self.stop()
+    def _wait(self, serve: Serve, deadline: float | None, *, interruptible: bool) -> None:
+        """Wait for the pump's verdict on ``serve``. In ``until="idle"`` mode the first
+        Ctrl-C lets running calls finish; the second exits."""
+        interrupted = False
+        while True:
+            try:
+                self._await_verdict(serve, deadline)
+                return
+            except KeyboardInterrupt:
+                if not interruptible or interrupted:
+                    raise
+                interrupted = True
+                logger.warning("Interrupted: finishing running calls; press Ctrl-C again to exit")
+                with self._lock:
+                    serve.stopping = True
+                self._inbox.put(Wake())
 
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    def _await_verdict(self, serve: Serve, deadline: float | None) -> None:
+        with self._lock:
+            while serve.id not in self._verdicts:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._changed.wait(left)
+            else:
+                error = self._verdicts.pop(serve.id)
+                if error is not None:
+                    raise error
+                return
+            # Out of time: give back claims nobody will run, let running calls finish
+            # and post within the grace, then report.
+            self._core.detach(serve, time.monotonic())
+            self._inbox.put(Wake())
+            grace_end = time.monotonic() + self.shutdown_grace
+            while self._core.busy(serve.session_id) and time.monotonic() < grace_end:
+                self._changed.wait(grace_end - time.monotonic())
+        raise ServeTimeout(f"Session {serve.session_id} was not settled in time", serve.report)
+
+    # -- the pump -----------------------------------------------------------------------------
+
+    def _pump(self) -> None:
         try:
-            yield
-        finally:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
+            self._pump_rounds()
+        except BaseException as exc:  # a bug: every serve must hear of it, not hang
+            logger.exception("The runner's pump failed")
+            with self._lock:
+                for serve_id in self._core.serves:
+                    self._verdicts[serve_id] = RunnerError(f"The runner failed: {exc!r}")
+                self._changed.notify_all()
+            raise
+
+    def _pump_rounds(self) -> None:
+        while True:
+            with self._lock:
+                if self._closing:
+                    return
+                wait = self._core.next_wakeup(time.monotonic())
+            messages = _drain(self._inbox, wait)
+            with self._lock:
+                now = time.monotonic()
+                for message in messages:
+                    feed(self._core, message, now)
+                self._verdicts.update(judge(self._core, now))
+                effects = self._core.take_effects(now)
+                self._changed.notify_all()
+            for effect in effects:
+                self._dispatch(effect)
+
+    def _dispatch(self, effect: Effect) -> None:
+        put = self._inbox.put
+        if isinstance(effect, RunFunction):
+            self._functions.submit(self._run, effect)
+        elif isinstance(effect, PostResults):
+            self._http_pool.submit(lambda: put(self._post(effect)))
+        elif isinstance(effect, ReadSession):
+            self._http_pool.submit(lambda: put(self._read(effect)))
+        elif isinstance(effect, AskInDoubt):
+            assert self._on_in_doubt is not None
+            hook = self._on_in_doubt
+            self._store_pool.submit(lambda: put(ask_in_doubt(hook, effect)))
+        elif isinstance(effect, ReportAction):
+            self._store_pool.submit(self._report_action, effect)
+        else:
+            self._store_pool.submit(lambda: put(perform_store(effect, self.store)))
+
+    def _run(self, effect: RunFunction) -> None:
+        try:
+            if effect.function.is_async:
+                outcome = asyncio.run(call_async(effect, self._hooks))
+            else:
+                outcome = call_sync(effect, self._hooks)
+        except BaseException:
+            # SystemExit or the like inside the function: no result, so the call is
+            # in doubt; the pump must hear of it all the same.
+            self._inbox.put(FunctionOutcome(effect.key, None))
+            raise
+        self._inbox.put(outcome)
+
+    def _post(self, effect: PostResults) -> PostOutcome:
+        batch = effect.batch
+        try:
+            self.client.sessions.events.create(
+                batch.session_id, events=batch.events, idempotency_key=batch.idempotency_key
+            )
+        except OpenAgentCoreError as exc:
+            return PostOutcome(batch, exc)
+        return PostOutcome(batch, None)
+
+    def _read(self, effect: ReadSession) -> SessionOutcome:
+        try:
+            session = self.client.sessions.retrieve(effect.session_id)
+            turn = None
+            if effect.turn_id is not None:
+                turn = self.client.sessions.turns.retrieve(
+                    effect.turn_id, session_id=effect.session_id
+                )
+        except OpenAgentCoreError as exc:
+            return SessionOutcome(effect.session_id, None, error=exc)
+        return SessionOutcome(effect.session_id, session, turn)
+
+    def _report_action(self, effect: ReportAction) -> None:
+        assert self._on_action is not None
+        try:
+            self._on_action(effect.session_id, effect.action)
+        except Exception:
+            logger.exception("on_action raised; ignoring it")
 
 
 class _Reader:
-    """Follows the live stream in a thread, reconnecting with backoff, into ``inbox``."""
+    """Follows one serve's live stream in a thread, reconnecting with backoff."""
 
-    def __init__(self, runner: FunctionRunner, session_id: str) -> None:
+    def __init__(self, runner: FunctionRunner, serve: Serve) -> None:
         self.runner = runner
-        self.session_id = session_id
-        self.inbox: queue.Queue[Message] = queue.Queue()
-        self.connected_once = False
+        self.serve = serve
         self._stop = threading.Event()
         self._stream: EventStream | None = None
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="openagentcore-stream", daemon=True)
 
     def __enter__(self) -> _Reader:
-        self.runner._inboxes.add(self.inbox)
         self._thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.runner._inboxes.discard(self.inbox)
         self._stop.set()
         with self._lock:
             if self._stream is not None:
@@ -304,35 +384,35 @@ class _Reader:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        put, serve_id = self.runner._inbox.put, self.serve.id
         while not self._stop.is_set():
             try:
                 stream = self._open()
             except Exception as exc:
-                self.inbox.put(Fatal(exc))
+                put(StreamFailed(serve_id, exc))
                 return
             if stream is None:
                 return
-            self.connected_once = True
-            self.inbox.put(Connected())
+            put(Connected(serve_id))
             error: BaseException | None = None
             try:
                 for event in stream:
-                    self.inbox.put(Received(event))
+                    put(Received(serve_id, event))
             except Exception as exc:
                 error = exc
             finally:
                 stream.close()
             if self._stop.is_set():
                 return
-            logger.info("Event stream of %s ended (%s); reconnecting", self.session_id, error)
-            self.inbox.put(Dropped(error))
+            logger.info("Event stream of %s ended (%s); reconnecting", self.serve.session_id, error)
+            put(Dropped(serve_id))
 
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
 
     def _open(self) -> EventStream | None:
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(_reconnectable),
+            retry=tenacity.retry_if_exception(reconnectable),
             wait=tenacity.wait_random_exponential(
                 multiplier=0.05, max=self.runner.reconnect_max_delay
             ),
@@ -343,28 +423,24 @@ class _Reader:
             with attempt:
                 if self._stop.is_set():
                     return None
-                stream = self.runner.client.sessions.events.stream(self.session_id)
+                stream = self.runner.client.sessions.events.stream(self.serve.session_id)
                 with self._lock:
                     self._stream = stream
                 return stream
         return None  # pragma: no cover - tenacity always returns or raises
 
 
-def _reconnectable(error: BaseException) -> bool:
-    if isinstance(error, APIStatusError):
-        return error.status_code >= 500 or error.status_code in (408, 429)
-    return isinstance(error, OpenAgentCoreError)
-
-
-def _fatal(session_id: str, error: BaseException) -> RunnerError:
-    if isinstance(error, NotFoundError):
-        return RunnerError(
-            f"Session {session_id} no longer exists (deleted, or it belongs to another "
-            "Project); stop serving it. Its saved results stay in the store."
-        )
-    if isinstance(error, RunnerError):
-        return error
-    return RunnerError(f"Cannot serve Session {session_id}: {error}")
+def _drain(inbox: queue.SimpleQueue[Message], wait: float) -> list[Message]:
+    """Every message waiting, after waiting up to ``wait`` seconds for the first."""
+    try:
+        messages = [inbox.get(timeout=wait)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            messages.append(inbox.get_nowait())
+        except queue.Empty:
+            return messages
 
 
 def _deadline(timeout: float | None) -> float | None:

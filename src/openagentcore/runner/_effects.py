@@ -1,0 +1,291 @@
+"""What the runner core asks its drivers to do, and what they tell it back.
+
+The core (:mod:`._core`) never performs I/O, reads a clock or runs user code. It
+returns *effects* (claim this call, run that function, post these results) and learns
+their outcomes as *answers*. Drivers carry effects out with threads or tasks; the
+simulator under ``tests/sim`` carries them out on a simulated server, store and clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from ..store import CallKey, CallRecord, CallState, Claim, ResultStore
+from ..types import RequiredAction, Session, Turn
+from ._registry import RegisteredFunction
+
+__all__ = [
+    "AskInDoubt",
+    "Batch",
+    "ClaimCall",
+    "Effect",
+    "FunctionOutcome",
+    "InDoubtAnswer",
+    "Lookup",
+    "LookupResult",
+    "MarkInDoubt",
+    "PostOutcome",
+    "PostResults",
+    "ReadSession",
+    "Release",
+    "RenewLeases",
+    "ReportAction",
+    "RunFunction",
+    "SaveResult",
+    "SessionOutcome",
+    "StoreAnswer",
+    "StoreEffect",
+    "TakeOver",
+    "WriteMarks",
+    "perform_store",
+]
+
+
+# -- store effects --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCall:
+    """Record the call as started by this runner unless a record exists."""
+
+    key: CallKey
+    function_name: str
+    arguments_hash: str
+    owner: str
+    lease_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class TakeOver:
+    """Re-claim a call in doubt to run it again (compare-and-set on attempts)."""
+
+    key: CallKey
+    owner: str
+    lease_seconds: float
+    expected_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class MarkInDoubt:
+    """Move a started call without a result to in doubt (compare-and-set)."""
+
+    key: CallKey
+    owner: str
+    expected_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Give back a claim whose function never started."""
+
+    key: CallKey
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """Read a call's record and whether the store judges it stale."""
+
+    key: CallKey
+
+
+@dataclass(frozen=True, slots=True)
+class SaveResult:
+    """Save the result event before it is posted; the first saved result wins."""
+
+    key: CallKey
+    event: dict[str, Any]
+    owner: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteMarks:
+    """Progress marks (submitted, applied, abandoned, rejected), in one transaction."""
+
+    changes: tuple[tuple[CallKey, CallState], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RenewLeases:
+    """Push the leases of the calls this runner holds into the future."""
+
+    keys: tuple[CallKey, ...]
+    owner: str
+    lease_seconds: float
+
+
+StoreEffect = (
+    ClaimCall | TakeOver | MarkInDoubt | Release | Lookup | SaveResult | WriteMarks | RenewLeases
+)
+
+
+# -- other effects --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Saved results to post together in one ``events.create`` request."""
+
+    session_id: str
+    records: tuple[CallRecord, ...]
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return [record.result for record in self.records if record.result is not None]
+
+    @property
+    def idempotency_key(self) -> str:
+        """A single result uses its call's stored key; a batch, a key derived from its
+        calls, so a retry of the same batch is the same request."""
+        if len(self.records) == 1:
+            return self.records[0].idempotency_key
+        joined = "\n".join(record.idempotency_key for record in self.records)
+        return "oac-b-" + hashlib.sha256(joined.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class PostResults:
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class RunFunction:
+    """Start a registered function for one call; its outcome comes back as a
+    :class:`FunctionOutcome`."""
+
+    key: CallKey
+    function: RegisteredFunction
+    arguments: object
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class AskInDoubt:
+    """Ask the application's ``on_in_doubt`` hook what to do with a call."""
+
+    key: CallKey
+    function_name: str
+    arguments: object
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSession:
+    """Read the Session (its ``required_actions`` are the truth) and, when a
+    ``run_turn`` waits on one, that Turn."""
+
+    session_id: str
+    turn_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportAction:
+    """Hand a required action that is not a function call to ``on_action``."""
+
+    session_id: str
+    action: RequiredAction
+
+
+Effect = StoreEffect | PostResults | RunFunction | AskInDoubt | ReadSession | ReportAction
+
+
+# -- answers --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    record: CallRecord | None
+    stale: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoreAnswer:
+    """A store effect's outcome: ``value`` on success, else ``error``."""
+
+    effect: StoreEffect
+    value: Claim | CallRecord | LookupResult | bool | tuple[CallKey, ...] | None = None
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionOutcome:
+    """A function's result event; ``event`` is ``None`` when it ended without one
+    (it raised ``SystemExit`` or the like, so its effect may have happened).
+    ``ran`` is false when the function was never called (its arguments were invalid)."""
+
+    key: CallKey
+    event: dict[str, Any] | None
+    ran: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PostOutcome:
+    batch: Batch
+    error: Exception | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOutcome:
+    session_id: str
+    session: Session | None
+    turn: Turn | None = None
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InDoubtAnswer:
+    key: CallKey
+    kind: str  # "rerun", "fail" or "result"
+    value: object = None
+    error: str = ""
+
+
+def perform_store(effect: StoreEffect, store: ResultStore) -> StoreAnswer:
+    """Carry out one store effect; errors are returned, never raised (the core
+    decides what a failure means)."""
+    try:
+        return StoreAnswer(effect, _store_call(effect, store))
+    except Exception as exc:  # the core tells unavailable from permanent errors
+        return StoreAnswer(effect, error=exc)
+
+
+def _store_call(
+    effect: StoreEffect, store: ResultStore
+) -> Claim | CallRecord | LookupResult | bool | tuple[CallKey, ...] | None:
+    if isinstance(effect, ClaimCall):
+        return store.claim(
+            effect.key,
+            function_name=effect.function_name,
+            arguments_hash=effect.arguments_hash,
+            owner=effect.owner,
+            lease_seconds=effect.lease_seconds,
+        )
+    if isinstance(effect, TakeOver):
+        return store.take_over(
+            effect.key,
+            owner=effect.owner,
+            lease_seconds=effect.lease_seconds,
+            expected_attempts=effect.expected_attempts,
+        )
+    if isinstance(effect, MarkInDoubt):
+        return store.mark_in_doubt(
+            effect.key, owner=effect.owner, expected_attempts=effect.expected_attempts
+        )
+    if isinstance(effect, Release):
+        return store.release(effect.key, owner=effect.owner)
+    if isinstance(effect, Lookup):
+        record = store.get(effect.key)
+        return LookupResult(record, record is not None and store.is_stale(record))
+    if isinstance(effect, SaveResult):
+        return store.save_result(effect.key, effect.event, owner=effect.owner)
+    if isinstance(effect, WriteMarks):
+        store.mark_many(effect.changes)
+        return None
+    lost = tuple(
+        key
+        for key in effect.keys
+        if not store.renew_lease(key, owner=effect.owner, lease_seconds=effect.lease_seconds)
+    )
+    return lost

@@ -1,0 +1,156 @@
+"""What both drivers do between effects: route messages into the core, judge serves.
+
+The drivers differ only in how they wait and where effects run (threads or tasks);
+everything that decides lives in :class:`RunnerCore` and here, written once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .._errors import APIStatusError, OpenAgentCoreError
+from ..types import SessionEvent
+from ._core import InDoubtCall, InDoubtHandler, RunnerCore
+from ._effects import (
+    AskInDoubt,
+    FunctionOutcome,
+    InDoubtAnswer,
+    PostOutcome,
+    SessionOutcome,
+    StoreAnswer,
+)
+
+__all__ = [
+    "Connected",
+    "Dropped",
+    "Message",
+    "Received",
+    "Stop",
+    "StreamFailed",
+    "Wake",
+    "ask_in_doubt",
+    "feed",
+    "judge",
+    "reconnectable",
+]
+
+logger = logging.getLogger("openagentcore.runner")
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """A serve's stream (re)opened: reconcile against a fresh Session read."""
+
+    serve_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    serve_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFailed:
+    """The stream cannot be opened again (e.g. the Session is gone)."""
+
+    serve_id: int
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    serve_id: int
+    event: SessionEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """``stop()`` was called: serves attached up to ``last_serve`` finish."""
+
+    last_serve: int
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Nothing happened; look again (a serve attached, detached or timed out)."""
+
+
+Message = (
+    Connected
+    | Dropped
+    | StreamFailed
+    | Received
+    | Stop
+    | Wake
+    | StoreAnswer
+    | FunctionOutcome
+    | PostOutcome
+    | SessionOutcome
+    | InDoubtAnswer
+)
+
+
+def feed(core: RunnerCore, message: Message, now: float) -> None:
+    """Hand one message to the core."""
+    if isinstance(message, StoreAnswer):
+        core.on_store_answer(message, now)
+    elif isinstance(message, FunctionOutcome):
+        core.on_function_done(message, now)
+    elif isinstance(message, PostOutcome):
+        core.on_posted(message, now)
+    elif isinstance(message, SessionOutcome):
+        core.on_session_read(message, now)
+    elif isinstance(message, InDoubtAnswer):
+        core.on_in_doubt_answer(message, now)
+    elif isinstance(message, Stop):
+        core.stop(message.last_serve)
+    elif isinstance(message, Wake):
+        return
+    else:
+        serve = core.serves.get(message.serve_id)
+        if serve is None:
+            return  # the serve ended; its stream's last words change nothing
+        if isinstance(message, Received):
+            core.on_event(serve, message.event, now)
+        elif isinstance(message, Connected):
+            core.on_connected(serve, now)
+        elif isinstance(message, Dropped):
+            core.on_dropped(serve)
+        else:
+            core.on_stream_failed(serve, message.error)
+
+
+def judge(core: RunnerCore, now: float) -> dict[int, BaseException | None]:
+    """The serves that may return now: ``None`` for a clean finish, or the error to
+    raise in the serve's caller."""
+    verdicts: dict[int, BaseException | None] = {}
+    for serve in list(core.serves.values()):
+        try:
+            if core.finished(serve, now):
+                verdicts[serve.id] = None
+        except Exception as exc:  # the serve's fatal error, raised in its caller
+            verdicts[serve.id] = exc
+    return verdicts
+
+
+def reconnectable(error: BaseException) -> bool:
+    """Whether opening the stream is worth trying again."""
+    if isinstance(error, APIStatusError):
+        return error.status_code >= 500 or error.status_code in (408, 429)
+    return isinstance(error, OpenAgentCoreError)
+
+
+def ask_in_doubt(hook: InDoubtHandler, effect: AskInDoubt) -> InDoubtAnswer:
+    """Run the application's ``on_in_doubt`` hook. A hook that raises or returns
+    something else is logged, and the call gets the default policy (a failed result)."""
+    try:
+        decision = hook(
+            InDoubtCall(effect.key, effect.function_name, effect.arguments, effect.attempts)
+        )
+        return InDoubtAnswer(effect.key, decision.kind, decision.value, decision.error)
+    except Exception:
+        logger.exception(
+            "on_in_doubt raised for call %s; failing it as outcome unknown", effect.key.call_id
+        )
+        return InDoubtAnswer(effect.key, "fail")

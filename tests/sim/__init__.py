@@ -1,0 +1,1 @@
+"""Deterministic simulation of the runner core: ``python -m tests.sim --seeds N``."""

@@ -1,0 +1,81 @@
+"""The simulator in CI: thousands of faulty histories, and proof that it can fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from openagentcore.runner._core import Call, RunnerCore
+from openagentcore.store import CallRecord
+
+from ._world import Violation, run_seed
+
+#: Seeds every CI run replays; ``python -m tests.sim --seeds N`` soaks further.
+CI_SEEDS = 2000
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    """The faults make the runner log a lot; none of it is a test failure."""
+    logging.disable(logging.CRITICAL)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def _first_violation(mutate: Callable[[RunnerCore], None] | None) -> int | None:
+    for seed in range(CI_SEEDS):
+        try:
+            run_seed(seed, mutate=mutate)
+        except Violation:
+            return seed
+    return None
+
+
+def test_every_ci_seed_keeps_the_runner_promises() -> None:
+    failures = []
+    for seed in range(CI_SEEDS):
+        try:
+            run_seed(seed)
+        except Exception as exc:
+            failures.append(f"seed {seed}: {exc!r} (replay: python -m tests.sim --seed {seed})")
+    assert not failures, "\n".join(failures[:10])
+
+
+def test_a_history_replays_exactly_from_its_seed() -> None:
+    first, second = run_seed(1234), run_seed(1234)
+    assert first.runs == second.runs
+    assert first.now == second.now
+    assert [s.results for s in first.sessions.values()] == [
+        s.results for s in second.sessions.values()
+    ]
+
+
+def _no_attempt_cap(core: RunnerCore) -> None:
+    """Reverts defect 12's fix: idempotent calls in doubt are re-run without a cap."""
+    functions = core.registry._functions
+    for name, function in list(functions.items()):
+        functions[name] = dataclasses.replace(function, max_attempts=10**6)
+
+
+def _stale_claims_run_again(core: RunnerCore) -> None:
+    """Reverts the in-doubt rule: a stale claim is taken as this runner's to run."""
+    decide = core._decide_existing
+
+    def decide_existing(call: Call, record: CallRecord, stale: bool, now: float) -> None:
+        if stale and record.state.value == "started" and call.function is not None:
+            core._hold(call, record, now)
+            return
+        decide(call, record, stale, now)
+
+    core._decide_existing = decide_existing  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("mutation", [_no_attempt_cap, _stale_claims_run_again])
+def test_the_simulator_finds_a_reverted_fix_within_the_ci_budget(
+    mutation: Callable[[RunnerCore], None],
+) -> None:
+    seed = _first_violation(mutation)
+    assert seed is not None, f"{mutation.__name__} went unnoticed in {CI_SEEDS} seeds"
