@@ -1,0 +1,239 @@
+"""JSON that crosses a trust boundary: the model's arguments in, a function's result out.
+
+The model writes the arguments, so they are parsed with limits on size and nesting
+and without the values JSON does not define (``NaN``, ``Infinity``, lone UTF-16
+surrogates). A result goes to the server as JSON text, so it is checked the same way
+before it is saved: a result the server refuses would leave its call pending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from itertools import accumulate
+from typing import Any
+
+import pydantic
+import pydantic_core
+
+__all__ = [
+    "MAX_ARGUMENTS_BYTES",
+    "MAX_JSON_DEPTH",
+    "OutputEncodingError",
+    "UntrustedJSONError",
+    "arguments_fingerprint",
+    "encode_output",
+    "parse_untrusted_json",
+]
+
+#: The largest arguments text parsed, in UTF-8 bytes. The server's own request limits
+#: are smaller; this bounds the work one call can cause.
+MAX_ARGUMENTS_BYTES = 1024 * 1024
+#: The deepest nesting of arrays and objects accepted, far below Python's recursion
+#: limit, so neither parsing nor hashing can raise ``RecursionError``.
+MAX_JSON_DEPTH = 64
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}]")
+_CONTENT_TYPES = frozenset({"input_text", "input_image"})
+
+
+class UntrustedJSONError(ValueError):
+    """JSON text or a value that breaks a limit or is not JSON; the text says which
+    rule, never the value."""
+
+
+class OutputEncodingError(ValueError):
+    """A function's return value cannot be sent as a result. A ``ValueError``, so code
+    that handles unsendable results already handles it."""
+
+
+def parse_untrusted_json(text: str, *, max_bytes: int | None = None) -> object:
+    """Parse ``text`` as strict JSON within :data:`MAX_ARGUMENTS_BYTES` (or
+    ``max_bytes``) and :data:`MAX_JSON_DEPTH`.
+
+    Raises :class:`UntrustedJSONError` for anything else, never ``RecursionError``,
+    ``UnicodeEncodeError`` or a bare ``ValueError``.
+    """
+    limit = MAX_ARGUMENTS_BYTES if max_bytes is None else max_bytes
+    # A character is at most 4 bytes: only texts near the limit pay for encoding.
+    if len(text) > limit or (
+        len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit
+    ):
+        raise UntrustedJSONError(f"larger than {limit} bytes")
+    if _nesting(text) > MAX_JSON_DEPTH:
+        raise UntrustedJSONError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except UntrustedJSONError:
+        raise
+    except ValueError as exc:
+        # Covers malformed text and integers longer than Python converts (3.11+).
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "a number is too long"
+        raise UntrustedJSONError(f"not valid JSON ({reason})") from None
+    check_json_value(value)
+    return value
+
+
+def check_json_value(value: object) -> None:
+    """Raise :class:`UntrustedJSONError` unless ``value`` is plain JSON data: dicts with
+    string keys, lists, strings that are valid Unicode, finite numbers, bools and None,
+    nested at most :data:`MAX_JSON_DEPTH` levels."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise UntrustedJSONError("NaN and Infinity are not JSON numbers")
+        elif item is None or isinstance(item, (bool, int)):
+            continue
+        elif isinstance(item, (Mapping, list, tuple)):
+            if depth >= MAX_JSON_DEPTH:
+                raise UntrustedJSONError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, Mapping):
+                for key, member in item.items():
+                    if not isinstance(key, str):
+                        raise UntrustedJSONError("object keys must be strings")
+                    _check_text(key)
+                    stack.append((member, depth + 1))
+            else:
+                stack.extend((member, depth + 1) for member in item)
+        else:
+            raise UntrustedJSONError(f"a {type(item).__name__} is not JSON data")
+
+
+def arguments_fingerprint(arguments: object) -> str:
+    """A SHA-256 hex digest of a call's arguments that ignores key order and whitespace,
+    for any input.
+
+    A drop-in for ``store.arguments_hash``, with the same digest for every input that
+    function could hash: a JSON string and its decoded value hash alike, and a string
+    that is not valid JSON is hashed as a plain string. What it could not hash no longer
+    raises: JSON text nested deeper than :data:`MAX_JSON_DEPTH` is hashed as a plain
+    string (the runner refuses such arguments anyway), and a decoded value that is too
+    deep or not JSON data is hashed by its structure, so stored records stay comparable.
+    """
+    if isinstance(arguments, str):
+        if _nesting(arguments) > MAX_JSON_DEPTH:
+            return _digest(json.dumps(arguments, ensure_ascii=False))
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return _digest(json.dumps(arguments, ensure_ascii=False))
+    if _depth_exceeds(arguments, MAX_JSON_DEPTH):
+        return _structural_digest(arguments)
+    try:
+        canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):  # not JSON data, or an int too long to print
+        return _structural_digest(arguments)
+    return _digest(canonical)
+
+
+def encode_output(value: object) -> str | list[dict[str, Any]]:
+    """A function's return value as a result ``output``: ``str`` as is, text and image
+    content parts as parts, a pydantic model as its compact JSON, anything else as JSON
+    text (the same bytes the runner produced before these checks).
+
+    Raises :class:`OutputEncodingError` for NaN or Infinity, lone surrogates, nesting
+    deeper than :data:`MAX_JSON_DEPTH`, and values JSON cannot represent; the message
+    says what to return instead.
+    """
+    try:
+        if isinstance(value, str):
+            _check_text(value)
+            return value
+        parts = _content_parts(value)
+        if parts is not None:
+            check_json_value(parts)
+            return parts
+        data = pydantic_core.to_jsonable_python(value, by_alias=True)
+        check_json_value(data)
+        if isinstance(value, pydantic.BaseModel):
+            return value.model_dump_json(by_alias=True)
+        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except UntrustedJSONError as exc:
+        raise OutputEncodingError(
+            f"The function's return value cannot be sent as JSON: {exc}. Return a str, "
+            "content parts, a pydantic model or plain JSON data."
+        ) from None
+    except ValueError as exc:  # pydantic's serializer: unknown types, too deep
+        raise OutputEncodingError(
+            f"The function's return value cannot be sent as JSON ({exc}). Return a str, "
+            "content parts, a pydantic model or plain JSON data."
+        ) from None
+
+
+def _content_parts(value: object) -> list[dict[str, Any]] | None:
+    """Text and image parts (message-content rules), given as models or dicts."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    parts: list[dict[str, Any]] = []
+    for item in items:
+        data: object = item
+        if isinstance(item, pydantic.BaseModel):
+            data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not (isinstance(data, Mapping) and data.get("type") in _CONTENT_TYPES):
+            return None
+        parts.append(dict(data))
+    return parts or None
+
+
+def _refuse_constant(name: str) -> object:
+    raise UntrustedJSONError(f"{name} is not a JSON number")
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UntrustedJSONError("a string holds a lone UTF-16 surrogate") from None
+
+
+def _nesting(text: str) -> int:
+    """How deep arrays and objects nest in JSON ``text``, brackets in strings ignored."""
+    brackets = _BRACKETS.findall(_STRINGS.sub("", text))
+    return max(accumulate(1 if b in "[{" else -1 for b in brackets), default=0)
+
+
+def _depth_exceeds(value: object, limit: int) -> bool:
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (Mapping, list, tuple)):
+            if depth >= limit:
+                return True
+            members = item.values() if isinstance(item, Mapping) else item
+            stack.extend((member, depth + 1) for member in members)
+    return False
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def _structural_digest(value: object) -> str:
+    """A digest of a value ``json.dumps`` cannot take, walked without recursion; keys
+    are sorted by their text, and anything not JSON contributes its type name."""
+    hasher = hashlib.sha256(b"oac-structure:")
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            hasher.update(b"{%d" % len(item))
+            for key, member in sorted(item.items(), key=lambda kv: str(kv[0]), reverse=True):
+                stack.append(member)
+                stack.append(str(key))
+        elif isinstance(item, (list, tuple)):
+            hasher.update(b"[%d" % len(item))
+            stack.extend(reversed(item))
+        elif isinstance(item, int) and not isinstance(item, bool):
+            hasher.update(hex(item).encode() + b",")  # repr() refuses very long ints
+        elif isinstance(item, (str, float, bool)) or item is None:
+            hasher.update(repr(item).encode("utf-8", "surrogatepass") + b",")
+        else:
+            hasher.update(b"<" + type(item).__name__.encode() + b">,")
+    return hasher.hexdigest()
