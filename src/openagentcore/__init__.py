@@ -29,12 +29,15 @@ from ._retry import RetryPolicy
 from ._streaming import AsyncEventStream, EventStream
 from .runner import (
     AsyncFunctionRunner,
+    CallContext,
+    Cancellation,
     FunctionRunner,
     InDoubtCall,
     InDoubtDecision,
     RunnerError,
     ServeReport,
     TurnResult,
+    current_call,
 )
 from .store import (
     CallKey,
@@ -63,9 +66,11 @@ __all__ = [
     "AsyncPage",
     "AuthenticationError",
     "BadRequestError",
+    "CallContext",
     "CallKey",
     "CallRecord",
     "CallState",
+    "Cancellation",
     "Client",
     "ConflictError",
     "EventStream",
@@ -92,4 +97,5 @@ __all__ = [
     "TurnResult",
     "UnprocessableEntityError",
     "__version__",
+    "current_call",
 ]

@@ -2,6 +2,7 @@
 
 from ._async import AsyncFunctionRunner
 from ._base import RunnerError
+from ._context import CallContext, Cancellation, current_call
 from ._core import InDoubtCall, InDoubtDecision, PendingCall
 from ._registry import RegisteredFunction
 from ._report import ServeReport, TurnResult
@@ -12,6 +13,8 @@ __all__ = [
     "IN_DOUBT_ERROR",
     "INTERNAL_ERROR",
     "AsyncFunctionRunner",
+    "CallContext",
+    "Cancellation",
     "FunctionRunner",
     "InDoubtCall",
     "InDoubtDecision",
@@ -20,4 +23,5 @@ __all__ = [
     "RunnerError",
     "ServeReport",
     "TurnResult",
+    "current_call",
 ]
