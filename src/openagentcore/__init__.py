@@ -36,8 +36,10 @@ from .runner import (
     InDoubtDecision,
     RunnerError,
     ServeReport,
+    StructuredOutputError,
     TurnResult,
     current_call,
+    structured_output,
 )
 from .store import (
     CallKey,
@@ -93,9 +95,11 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StreamError",
+    "StructuredOutputError",
     "SyncPage",
     "TurnResult",
     "UnprocessableEntityError",
     "__version__",
     "current_call",
+    "structured_output",
 ]

@@ -4,6 +4,7 @@ from ._async import AsyncFunctionRunner
 from ._base import RunnerError
 from ._context import CallContext, Cancellation, current_call
 from ._core import InDoubtCall, InDoubtDecision, PendingCall
+from ._output import StructuredOutputError, structured_output
 from ._registry import RegisteredFunction
 from ._report import ServeReport, TurnResult
 from ._results import IN_DOUBT_ERROR, INTERNAL_ERROR
@@ -22,6 +23,8 @@ __all__ = [
     "RegisteredFunction",
     "RunnerError",
     "ServeReport",
+    "StructuredOutputError",
     "TurnResult",
     "current_call",
+    "structured_output",
 ]
