@@ -12,6 +12,7 @@ import pytest
 from openagentcore import Client
 from openagentcore._admission import check_session_config, check_tools
 from openagentcore._errors import AdmissionError
+from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import FunctionRunner, _json
 from openagentcore.runner._context import CallContext, new_call_context
 from openagentcore.runner._json import OutputEncodingError, encode_output
@@ -19,6 +20,19 @@ from openagentcore.runner._registry import ArgumentsError, arguments_fingerprint
 from openagentcore.runner._results import _output
 from openagentcore.store import MemoryResultStore
 from openagentcore.store._records import arguments_hash
+
+from ._support import (
+    PAIRED,
+    CallLog,
+    Flavour,
+    Harness,
+    RunnerKind,
+    applied_calls,
+    flavoured,
+    one_turn,
+)
+
+RUNNER_COMBINATIONS = PAIRED
 
 
 def returns_first(city: str, days: int = 3) -> str:
@@ -199,6 +213,52 @@ def test_a_parameters_dict_is_strict_when_it_forbids_additional_properties() -> 
     assert lenient.bind({"sku": "ABC", "x": 1}) == ((), {"sku": "ABC", "x": 1})
 
 
+def test_the_runner_fails_an_unknown_argument_without_calling_the_function(
+    make_core: Callable[..., LocalCore], runner_kind: RunnerKind, flavour: Flavour
+) -> None:
+    """The model is told which field is unknown; a lenient function gets the call."""
+    core = make_core(
+        scenario=one_turn(
+            [
+                FunctionCall("book", {"city": "Oslo", "x": 1}),
+                FunctionCall("browse", {"city": "Oslo", "x": 1}),
+            ]
+        )
+    )
+    harness = Harness(core, runner_kind)
+    log = CallLog()
+
+    def book(city: str) -> str:
+        """Book a hotel."""
+        log.enter("book", city)
+        log.leave()
+        return "booked"
+
+    def browse(city: str) -> str:
+        """Browse hotels."""
+        log.enter("browse", city)
+        log.leave()
+        return "browsed"
+
+    try:
+        harness.runner.function(flavoured(book, flavour))
+        harness.runner.function(strict=False)(flavoured(browse, flavour))
+        session_id = harness.create_session()
+        report = harness.serve(session_id)
+        calls = {
+            applied.call.name: applied
+            for applied in applied_calls(harness.client, session_id).values()
+        }
+        assert calls["book"].output is not None
+        assert calls["book"].output.error == "Invalid arguments: unknown field `x`"
+        assert calls["browse"].output is not None
+        assert calls["browse"].output.output == "browsed"
+        assert log.runs == [("browse", "Oslo")]
+        assert report.calls_run == 2
+    finally:
+        harness.close()
+
+
 def test_the_admission_rules_accept_strict_schemas() -> None:
     """execution-tools.md: function parameters are a JSON Schema object; closing it with
     additionalProperties false is allowed."""
@@ -304,6 +364,12 @@ def test_arguments_within_the_limits_bind() -> None:
     registered = describe_function(book, strict=False)
     ok = '{"city": "Zürich \\u00e9 😀", "deep": ' + "[" * 60 + "]" * 60 + ', "s": "[[[["}'
     assert registered.bind(ok) == ((), {"city": "Zürich é 😀", "nights": 1})
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    registered = describe_function(book)
+    text = '{"city": "' + "[{" * 500 + '\\"' + "[" * 100 + '"}'
+    assert registered.bind(text)[1]["city"] == "[{" * 500 + '"' + "[" * 100
 
 
 def test_the_size_limit_is_a_module_constant(monkeypatch: pytest.MonkeyPatch) -> None:

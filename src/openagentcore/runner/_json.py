@@ -64,7 +64,7 @@ def parse_untrusted_json(text: str, *, max_bytes: int | None = None) -> object:
         len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit
     ):
         raise UntrustedJSONError(f"larger than {limit} bytes")
-    if _nesting(text) > MAX_JSON_DEPTH:
+    if _nests_too_deep(text):
         raise UntrustedJSONError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
@@ -119,7 +119,7 @@ def arguments_fingerprint(arguments: object) -> str:
     deep or not JSON data is hashed by its structure, so stored records stay comparable.
     """
     if isinstance(arguments, str):
-        if _nesting(arguments) > MAX_JSON_DEPTH:
+        if _nests_too_deep(arguments):
             return _digest(json.dumps(arguments, ensure_ascii=False))
         try:
             arguments = json.loads(arguments)
@@ -193,10 +193,13 @@ def _check_text(text: str) -> None:
         raise UntrustedJSONError("a string holds a lone UTF-16 surrogate") from None
 
 
-def _nesting(text: str) -> int:
-    """How deep arrays and objects nest in JSON ``text``, brackets in strings ignored."""
+def _nests_too_deep(text: str) -> bool:
+    """Whether arrays and objects in JSON ``text`` nest deeper than
+    :data:`MAX_JSON_DEPTH`, brackets inside strings ignored."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False  # too few brackets to matter: skip the scan
     brackets = _BRACKETS.findall(_STRINGS.sub("", text))
-    return max(accumulate(1 if b in "[{" else -1 for b in brackets), default=0)
+    return max(accumulate(1 if b in "[{" else -1 for b in brackets), default=0) > MAX_JSON_DEPTH
 
 
 def _depth_exceeds(value: object, limit: int) -> bool:
