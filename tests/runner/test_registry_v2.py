@@ -16,10 +16,9 @@ from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import FunctionRunner, _json
 from openagentcore.runner._context import CallContext, new_call_context
 from openagentcore.runner._json import OutputEncodingError, encode_output
-from openagentcore.runner._registry import ArgumentsError, arguments_fingerprint, describe_function
+from openagentcore.runner._registry import ArgumentsError, describe_function
 from openagentcore.runner._results import _output
 from openagentcore.store import MemoryResultStore
-from openagentcore.store._records import arguments_hash
 
 from ._support import (
     PAIRED,
@@ -378,52 +377,6 @@ def test_the_size_limit_is_a_module_constant(monkeypatch: pytest.MonkeyPatch) ->
     assert registered.bind('{"city": "Oslo"}')[1]["city"] == "Oslo"
     with pytest.raises(ArgumentsError, match="larger than 32 bytes"):
         registered.bind('{"city": "' + "é" * 16 + '"}')  # 16 characters, 32 bytes + JSON
-
-
-# The arguments fingerprint the runner stores.
-
-
-@pytest.mark.parametrize(
-    "arguments",
-    [
-        '{"b": 1, "a": [1, 2.5, "x"]}',
-        {"b": 1, "a": [1, 2.5, "x"]},
-        '{ "city" : "Zürich" }',
-        "not json",
-        "",
-        None,
-        '{"a": NaN}',
-        '"\\ud800"',
-        nested(60),
-        [1, {"z": None, "y": True}],
-    ],
-)
-def test_the_fingerprint_equals_the_stored_hash_for_ordinary_arguments(arguments: object) -> None:
-    assert arguments_fingerprint(arguments) == arguments_hash(arguments)
-
-
-def test_the_fingerprint_ignores_key_order_and_form() -> None:
-    assert arguments_fingerprint('{"a":1,"b":2}') == arguments_fingerprint({"b": 2, "a": 1})
-
-
-def test_the_fingerprint_hashes_what_the_stored_hash_cannot() -> None:
-    deep_text = nested(1000)
-    with pytest.raises(RecursionError):
-        arguments_hash(deep_text)  # why the runner needs the new one
-    deep_value: Any = []
-    for _ in range(5000):
-        deep_value = [deep_value]
-    digests = {
-        arguments_fingerprint(deep_text),
-        arguments_fingerprint(nested(1001)),
-        arguments_fingerprint(deep_value),
-        arguments_fingerprint({"x": object()}),
-        arguments_fingerprint({"x": 10**5000}),
-        arguments_fingerprint({1: "a"}),
-    }
-    assert len(digests) == 6
-    assert all(len(digest) == 64 for digest in digests)
-    assert arguments_fingerprint(deep_text) == arguments_fingerprint(nested(1000))
 
 
 # Result output encoding.

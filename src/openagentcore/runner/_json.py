@@ -8,7 +8,6 @@ before it is saved: a result the server refuses would leave its call pending.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -24,16 +23,16 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "OutputEncodingError",
     "UntrustedJSONError",
-    "arguments_fingerprint",
+    "check_json_value",
     "encode_output",
     "parse_untrusted_json",
 ]
 
-#: The largest arguments text parsed, in UTF-8 bytes. The server's own request limits
-#: are smaller; this bounds the work one call can cause.
+#: The largest arguments text parsed, in UTF-8 bytes: it bounds the work one call's
+#: arguments can cause. Assign to it to change the limit.
 MAX_ARGUMENTS_BYTES = 1024 * 1024
 #: The deepest nesting of arrays and objects accepted, far below Python's recursion
-#: limit, so neither parsing nor hashing can raise ``RecursionError``.
+#: limit, so neither parsing nor encoding can raise ``RecursionError``.
 MAX_JSON_DEPTH = 64
 
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -107,33 +106,6 @@ def check_json_value(value: object) -> None:
             raise UntrustedJSONError(f"a {type(item).__name__} is not JSON data")
 
 
-def arguments_fingerprint(arguments: object) -> str:
-    """A SHA-256 hex digest of a call's arguments that ignores key order and whitespace,
-    for any input.
-
-    A drop-in for ``store.arguments_hash``, with the same digest for every input that
-    function could hash: a JSON string and its decoded value hash alike, and a string
-    that is not valid JSON is hashed as a plain string. What it could not hash no longer
-    raises: JSON text nested deeper than :data:`MAX_JSON_DEPTH` is hashed as a plain
-    string (the runner refuses such arguments anyway), and a decoded value that is too
-    deep or not JSON data is hashed by its structure, so stored records stay comparable.
-    """
-    if isinstance(arguments, str):
-        if _nests_too_deep(arguments):
-            return _digest(json.dumps(arguments, ensure_ascii=False))
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return _digest(json.dumps(arguments, ensure_ascii=False))
-    if _depth_exceeds(arguments, MAX_JSON_DEPTH):
-        return _structural_digest(arguments)
-    try:
-        canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):  # not JSON data, or an int too long to print
-        return _structural_digest(arguments)
-    return _digest(canonical)
-
-
 def encode_output(value: object) -> str | list[dict[str, Any]]:
     """A function's return value as a result ``output``: ``str`` as is, text and image
     content parts as parts, a pydantic model as its compact JSON, anything else as JSON
@@ -200,43 +172,3 @@ def _nests_too_deep(text: str) -> bool:
         return False  # too few brackets to matter: skip the scan
     brackets = _BRACKETS.findall(_STRINGS.sub("", text))
     return max(accumulate(1 if b in "[{" else -1 for b in brackets), default=0) > MAX_JSON_DEPTH
-
-
-def _depth_exceeds(value: object, limit: int) -> bool:
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (Mapping, list, tuple)):
-            if depth >= limit:
-                return True
-            members = item.values() if isinstance(item, Mapping) else item
-            stack.extend((member, depth + 1) for member in members)
-    return False
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
-
-
-def _structural_digest(value: object) -> str:
-    """A digest of a value ``json.dumps`` cannot take, walked without recursion; keys
-    are sorted by their text, and anything not JSON contributes its type name."""
-    hasher = hashlib.sha256(b"oac-structure:")
-    stack: list[object] = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Mapping):
-            hasher.update(b"{%d" % len(item))
-            for key, member in sorted(item.items(), key=lambda kv: str(kv[0]), reverse=True):
-                stack.append(member)
-                stack.append(str(key))
-        elif isinstance(item, (list, tuple)):
-            hasher.update(b"[%d" % len(item))
-            stack.extend(reversed(item))
-        elif isinstance(item, int) and not isinstance(item, bool):
-            hasher.update(hex(item).encode() + b",")  # repr() refuses very long ints
-        elif isinstance(item, (str, float, bool)) or item is None:
-            hasher.update(repr(item).encode("utf-8", "surrogatepass") + b",")
-        else:
-            hasher.update(b"<" + type(item).__name__.encode() + b">,")
-    return hasher.hexdigest()

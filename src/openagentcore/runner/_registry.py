@@ -27,7 +27,6 @@ from ._context import CallContext
 from ._docstrings import parse_docstring
 from ._json import (
     UntrustedJSONError,
-    arguments_fingerprint,
     check_json_value,
     parse_untrusted_json,
 )
@@ -37,7 +36,6 @@ __all__ = [
     "ArgumentsError",
     "FunctionRegistry",
     "RegisteredFunction",
-    "arguments_fingerprint",
     "describe_function",
 ]
 
