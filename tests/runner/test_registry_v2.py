@@ -259,8 +259,8 @@ def test_the_runner_fails_an_unknown_argument_without_calling_the_function(
 
 
 def test_the_admission_rules_accept_strict_schemas() -> None:
-    """execution-tools.md: function parameters are a JSON Schema object; closing it with
-    additionalProperties false is allowed."""
+    """execution-tools.md (Functions): ``parameters`` is a JSON Schema; the local
+    admission rules accept a closed object for Agents and Sessions alike."""
     registered = describe_function(book)
     check_tools([registered.declaration()], for_session=True)
     check_session_config(tools=[registered.declaration()])
@@ -270,19 +270,31 @@ class Unknown:
     """An arbitrary class pydantic has no schema for."""
 
 
-def test_a_type_pydantic_cannot_express_names_the_function_and_parameter() -> None:
-    def inspect_it(thing: Unknown, count: int = 1) -> str:
-        """Inspect a thing."""
-        return ""
+def _takes_a_class(thing: Unknown, count: int = 1) -> str:
+    """Inspect a thing."""
+    return ""
 
+
+def _takes_callables(count: int, thing: list[Callable[[int], int]]) -> str:
+    """Apply things."""
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("func", "shown"),
+    [(_takes_a_class, "type Unknown,"), (_takes_callables, "type list[Callable[[int], int]],")],
+    ids=["arbitrary-class", "callables"],
+)
+def test_a_type_pydantic_cannot_express_names_the_function_and_parameter(
+    func: Callable[..., str], shown: str
+) -> None:
     with pytest.raises(AdmissionError) as raised:
-        describe_function(inspect_it)
+        describe_function(func)
     message = str(raised.value)
-    assert "'inspect_it'" in message
-    assert "'thing'" in message
-    assert "Unknown" in message
+    assert f"Function {func.__name__!r}: parameter 'thing' has type" in message
+    assert shown in message
     assert "arbitrary_types_allowed" not in message
-    assert raised.value.tool == "inspect_it"
+    assert raised.value.tool == func.__name__
     assert raised.value.field == "parameters.thing"
 
 

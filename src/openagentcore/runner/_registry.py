@@ -236,7 +236,11 @@ def _check_expressible(name: str, parameter: str, annotation: Any) -> None:
     try:
         pydantic.TypeAdapter(annotation).json_schema()
     except pydantic.PydanticUserError:
-        shown = getattr(annotation, "__name__", None) or repr(annotation)
+        shown = (
+            annotation.__qualname__
+            if isinstance(annotation, type) and not get_args(annotation)
+            else repr(annotation).replace("typing.", "").replace("collections.abc.", "")
+        )
         raise AdmissionError(
             f"Function {name!r}: parameter {parameter!r} has type {shown}, which has no "
             "JSON Schema. Use JSON types (str, int, float, bool, list, dict, Literal, "
