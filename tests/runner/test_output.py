@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 
 import openagentcore
 from openagentcore import ServeReport, StructuredOutputError, TurnResult, structured_output
+from openagentcore._admission import check_text
 from openagentcore._errors import AdmissionError
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner._output import check_output_format, parse_turn_output
@@ -56,6 +57,8 @@ def test_structured_output_is_the_agents_api_text_format() -> None:
         "format": {"type": "json_schema", "schema": Answer.model_json_schema()},
     }
     assert structured_output(Point)["format"]["schema"]["type"] == "object"
+    # The one Harness that runs structured output wants the object root spelled out.
+    check_text(text, harness="claude_sdk", for_session=True)
 
 
 def test_structured_output_refuses_what_the_server_would() -> None:
