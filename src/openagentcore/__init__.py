@@ -29,12 +29,17 @@ from ._retry import RetryPolicy
 from ._streaming import AsyncEventStream, EventStream
 from .runner import (
     AsyncFunctionRunner,
+    CallContext,
+    Cancellation,
     FunctionRunner,
     InDoubtCall,
     InDoubtDecision,
     RunnerError,
     ServeReport,
+    StructuredOutputError,
     TurnResult,
+    current_call,
+    structured_output,
 )
 from .store import (
     CallKey,
@@ -63,9 +68,11 @@ __all__ = [
     "AsyncPage",
     "AuthenticationError",
     "BadRequestError",
+    "CallContext",
     "CallKey",
     "CallRecord",
     "CallState",
+    "Cancellation",
     "Client",
     "ConflictError",
     "EventStream",
@@ -88,8 +95,11 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StreamError",
+    "StructuredOutputError",
     "SyncPage",
     "TurnResult",
     "UnprocessableEntityError",
     "__version__",
+    "current_call",
+    "structured_output",
 ]

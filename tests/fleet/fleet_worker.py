@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextvars
 import json
 import os
 import sys
@@ -25,12 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from openagentcore import AsyncClient, Client
-from openagentcore.runner import AsyncFunctionRunner, FunctionRunner, _async, _sync
+from openagentcore.runner import AsyncFunctionRunner, FunctionRunner, current_call
 from openagentcore.runner._base import RunnerBase
-from openagentcore.runner._effects import FunctionOutcome, RunFunction
-from openagentcore.runner._execution import Hooks, call_sync
 from openagentcore.store import (
-    CallKey,
     MemoryResultStore,
     PostgresResultStore,
     ResultStore,
@@ -44,10 +40,6 @@ WORK_SECONDS = 0.15
 #: dead worker's calls are noticed quickly in a short test.
 POLL_INTERVAL = 0.2
 SERVE_TIMEOUT = 60.0
-
-#: The call the current thread runs; functions see only their arguments, but an
-#: effect must be counted per call.
-current_call: contextvars.ContextVar[CallKey] = contextvars.ContextVar("current_call")
 
 
 def open_worker_store(sqlite: Path | None, postgres: str | None) -> ResultStore:
@@ -64,8 +56,8 @@ def register(runner: RunnerBase, effects: Path) -> None:
     """``charge`` (not safe to repeat) and ``reserve`` (idempotent)."""
 
     def effect(function: str, order: str) -> str:
-        key = current_call.get()
-        line = {"session": key.session_id, "call": key.call_id, "function": function}
+        call = current_call()  # effects are counted per call
+        line = {"session": call.session_id, "call": call.call_id, "function": function}
         data = (json.dumps({**line, "pid": os.getpid()}) + "\n").encode()
         descriptor = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
@@ -86,21 +78,6 @@ def register(runner: RunnerBase, effects: Path) -> None:
         return effect("reserve", order)
 
 
-def tell_functions_their_call(runner: RunnerBase) -> None:
-    """Test hook: functions see only their arguments, but effects are counted per call.
-
-    Both drivers run plain functions through ``call_sync`` in a worker thread (the async
-    one with a copy of the context), so the key set here is visible to that one call.
-    """
-
-    def call_with_key(run: RunFunction, hooks: Hooks) -> FunctionOutcome:
-        current_call.set(run.key)
-        return call_sync(run, hooks)
-
-    _sync.call_sync = call_with_key  # type: ignore[assignment]
-    _async.call_sync = call_with_key  # type: ignore[assignment]
-
-
 def tools() -> list[dict[str, Any]]:
     """The declarations the test puts on the Sessions the workers serve."""
     client = Client(api_key="unused", base_url="http://127.0.0.1:9/v1")
@@ -116,7 +93,6 @@ async def serve(session_ids: list[str], store: ResultStore, effects: Path) -> di
         )
         try:
             register(runner, effects)
-            tell_functions_their_call(runner)
             reports = await asyncio.gather(
                 *(runner.serve(session_id, timeout=SERVE_TIMEOUT) for session_id in session_ids)
             )

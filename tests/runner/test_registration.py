@@ -64,6 +64,7 @@ def test_schema_comes_from_type_hints(runner: FunctionRunner) -> None:
     assert "defer_loading" not in tool
     schema = tool["parameters"]
     assert schema["type"] == "object"
+    assert schema["additionalProperties"] is False
     assert schema["required"] == ["address", "color", "speed"]
     properties = schema["properties"]
     assert list(properties) == [
@@ -203,6 +204,7 @@ def test_parameters_as_a_pydantic_model_drops_generated_titles(runner: FunctionR
             "postal_code": {"type": "string", "description": "Digits only."},
         },
         "required": ["street", "postal_code"],
+        "additionalProperties": False,
     }
 
 

@@ -33,7 +33,7 @@ from openagentcore import (
     ConflictError,
     InternalServerError,
 )
-from openagentcore.runner import InDoubtCall, InDoubtDecision
+from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
 from openagentcore.runner._core import RunnerCore, RunnerError, Serve
 from openagentcore.runner._effects import (
     AskInDoubt,
@@ -446,7 +446,8 @@ class SimWorker:
     def _effect(self, name: str) -> Callable[[str], str]:
         def function(order: str) -> str:
             """Charge or reserve an order: the effect is counted when it runs."""
-            self.world.runs[self._running] += 1  # the effect
+            call = current_call()
+            self.world.runs[CallKey(call.session_id, call.turn_id, call.call_id)] += 1
             return f"{name}d {order}"
 
         function.__name__ = name
@@ -556,8 +557,7 @@ class SimWorker:
         if not self.alive:
             return  # killed before the function started: no effect
         world = self.world
-        self._running = effect.key
-        outcome = call_sync(effect, self.hooks)
+        outcome = call_sync(effect, self.hooks, effect.context())
         if world.chance(world.faults.function_exit):
             outcome = FunctionOutcome(effect.key, None)  # SystemExit after the effect
         self.deliver(world.rng.uniform(0.001, 0.2), outcome)
@@ -585,9 +585,6 @@ class SimWorker:
         else:
             answer = SessionOutcome(effect.session_id, world.snapshot(effect.session_id))
         self.deliver(world.rng.uniform(0.001, 0.03), answer)
-
-    #: The call whose function runs now (functions run one at a time here).
-    _running: CallKey = CallKey("", "", "")
 
 
 def _raising_hook(call: InDoubtCall) -> InDoubtDecision:

@@ -2,7 +2,9 @@
 
 from ._async import AsyncFunctionRunner
 from ._base import RunnerError, ServeTimeout
+from ._context import CallContext, Cancellation, current_call
 from ._core import InDoubtCall, InDoubtDecision, PendingCall
+from ._output import StructuredOutputError, structured_output
 from ._registry import RegisteredFunction
 from ._report import ServeReport, TurnResult
 from ._results import IN_DOUBT_ERROR, INTERNAL_ERROR
@@ -12,6 +14,8 @@ __all__ = [
     "IN_DOUBT_ERROR",
     "INTERNAL_ERROR",
     "AsyncFunctionRunner",
+    "CallContext",
+    "Cancellation",
     "FunctionRunner",
     "InDoubtCall",
     "InDoubtDecision",
@@ -20,5 +24,8 @@ __all__ = [
     "RunnerError",
     "ServeTimeout",
     "ServeReport",
+    "StructuredOutputError",
     "TurnResult",
+    "current_call",
+    "structured_output",
 ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import logging
 import time
@@ -26,6 +25,7 @@ from typing_extensions import Unpack
 
 from .._client import AsyncClient
 from .._errors import OpenAgentCoreError
+from ..store import CallKey
 from ..types import UserMessage
 from ._base import (
     RunnerBase,
@@ -37,9 +37,11 @@ from ._base import (
     input_event,
     parse_output,
 )
+from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
 from ._effects import (
     AskInDoubt,
+    CancelFunction,
     Effect,
     FunctionOutcome,
     PostOutcome,
@@ -116,6 +118,10 @@ class AsyncFunctionRunner(RunnerBase):
         self._changed: asyncio.Event | None = None
         self._tasks: set[asyncio.Future[Any]] = set()
         self._closing = False
+        #: The context of each running function, and the task of each coroutine one,
+        #: to cancel them.
+        self._contexts: dict[CallKey, CallContext] = {}
+        self._cancellable: dict[CallKey, asyncio.Future[FunctionOutcome]] = {}
         # Plain functions get threads of their own: in asyncio's shared default pool
         # (a few threads on a small machine) they would run fewer than max_concurrency
         # at once and queue the runner's own store calls behind them.
@@ -326,7 +332,19 @@ class AsyncFunctionRunner(RunnerBase):
     def _dispatch(self, effect: Effect) -> None:
         loop = asyncio.get_running_loop()
         if isinstance(effect, RunFunction):
-            self._spawn(self._run(effect))
+            context = effect.context()
+            task = asyncio.ensure_future(self._run(effect, context))
+            if effect.function.is_async:
+                self._cancellable[effect.key] = task
+            self._contexts[effect.key] = context
+            self._deliver(task)
+        elif isinstance(effect, CancelFunction):
+            running = self._contexts.get(effect.key)
+            if running is not None:
+                cancel_call(running)  # a plain function sees it; a coroutine is cancelled
+                cancellable = self._cancellable.get(effect.key)
+                if cancellable is not None:
+                    cancellable.cancel()
         elif isinstance(effect, PostResults):
             self._spawn(self._post(effect))
         elif isinstance(effect, ReadSession):
@@ -358,18 +376,21 @@ class AsyncFunctionRunner(RunnerBase):
 
         future.add_done_callback(done)
 
-    async def _run(self, effect: RunFunction) -> FunctionOutcome:
+    async def _run(self, effect: RunFunction, context: CallContext) -> FunctionOutcome:
         try:
             if effect.function.is_async:
-                return await call_async(effect, self._hooks)
-            call = functools.partial(contextvars.copy_context().run, call_sync, effect, self._hooks)
+                return await call_async(effect, self._hooks, context)
+            call = functools.partial(call_sync, effect, self._hooks, context)
             return await asyncio.get_running_loop().run_in_executor(self._function_threads, call)
         except BaseException:
-            # No result (SystemExit, cancellation): the call is in doubt; the pump must
-            # hear of it all the same.
+            # No result (SystemExit, or the runner closing): the call is in doubt; the
+            # pump must hear of it all the same.
             assert self._inbox is not None
             self._inbox.put(FunctionOutcome(effect.key, None))
             raise
+        finally:
+            self._contexts.pop(effect.key, None)
+            self._cancellable.pop(effect.key, None)
 
     async def _post(self, effect: PostResults) -> PostOutcome:
         batch = effect.batch

@@ -13,7 +13,7 @@ from ..store import ResultStore, new_owner_id, open_store
 from ..types import InputMessageEvent, MessageItem, UserMessage
 from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore, RunnerError
 from ._execution import Hooks
-from ._registry import FunctionRegistry, describe_function
+from ._registry import DEFAULT_MAX_ATTEMPTS, FunctionRegistry, describe_function
 from ._report import ServeReport
 from ._results import ErrorFormatter
 
@@ -141,6 +141,10 @@ class RunnerBase:
         parameters: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
         idempotent: bool = False,
         defer_loading: bool = False,
+        strict: bool = True,
+        timeout: float | None = None,
+        max_concurrency: int | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> Callable[[F], F]: ...
 
     def function(
@@ -153,12 +157,19 @@ class RunnerBase:
         parameters: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
         idempotent: bool = False,
         defer_loading: bool = False,
+        strict: bool = True,
+        timeout: float | None = None,
+        max_concurrency: int | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> Any:
         """Register a function the agent may call; use as ``@runner.function`` or
         ``@runner.function(name=..., idempotent=True)``.
 
         ``idempotent=True`` declares that running the function twice for one call is
         harmless, so a call left in doubt by a crash is run again instead of failed.
+        ``strict=False`` drops arguments the function does not name instead of failing
+        the call. ``timeout`` (seconds), ``max_concurrency`` and ``max_attempts`` limit
+        how long, how many at once and how often the function runs for a call.
         The function is returned unchanged.
         """
 
@@ -171,6 +182,10 @@ class RunnerBase:
                     parameters=parameters,
                     idempotent=idempotent,
                     defer_loading=defer_loading,
+                    strict=strict,
+                    timeout=timeout,
+                    max_concurrency=max_concurrency,
+                    max_attempts=max_attempts,
                 )
             )
             return target

@@ -56,6 +56,7 @@ from ..types import (
 from ._effects import (
     AskInDoubt,
     Batch,
+    CancelFunction,
     ClaimCall,
     Effect,
     FunctionOutcome,
@@ -78,7 +79,7 @@ from ._effects import (
 )
 from ._registry import FunctionRegistry, RegisteredFunction
 from ._report import ServeReport
-from ._results import IN_DOUBT_ERROR, failure_event, success_event
+from ._results import IN_DOUBT_ERROR, failure_event, success_event, timeout_error
 
 __all__ = [
     "Call",
@@ -263,6 +264,10 @@ class Call:
     alone: bool = False
     #: Its output Item came through the stream while the POST was in flight.
     output_seen: bool = False
+    #: ``time.monotonic()`` instant its function must end by, if it has a timeout.
+    deadline: float | None = None
+    #: Its Turn was cancelled and the function was asked to stop.
+    cancelled: bool = False
     #: Why the call is ``DONE`` (for reports and tests).
     outcome: str = ""
 
@@ -344,6 +349,9 @@ class RunnerCore:
         self._last_serve_id = 0
         self._effects: list[Effect] = []
         self._running = 0
+        #: Calls failed for their timeout whose function has not returned yet: each
+        #: still holds a concurrency slot (its thread or task is busy).
+        self._overrunning: set[CallKey] = set()
         #: Keys whose claim raised: it may have committed. Only these may later be
         #: recognised as this runner's own unconfirmed claim.
         self._unconfirmed: set[CallKey] = set()
@@ -488,10 +496,21 @@ class RunnerCore:
                 if turn_id:
                     self._consider(PendingCall.from_item(serve.session_id, turn_id, item), now)
             return
-        if isinstance(event, TerminalTurnEvent) and event.turn_id == serve.target_turn:
+        if isinstance(event, TerminalTurnEvent):
             turn = getattr(event, "turn", None)
-            serve.target_turn_status = getattr(turn, "status", None) or _terminal_status(event)
-            serve.turn_end_seen = True
+            status = getattr(turn, "status", None) or _terminal_status(event)
+            if status == "cancelled":
+                self._cancel_turn(serve.session_id, event.turn_id)
+            if event.turn_id == serve.target_turn:
+                serve.target_turn_status = status
+                serve.turn_end_seen = True
+
+    def _cancel_turn(self, session_id: str, turn_id: str) -> None:
+        """The Turn was cancelled: its running functions are asked to stop."""
+        for call in self._calls_of(session_id):
+            if call.phase is Phase.RUNNING and call.key.turn_id == turn_id and not call.cancelled:
+                call.cancelled = True
+                self._effects.append(CancelFunction(call.key))
 
     def on_session_read(self, answer: SessionOutcome, now: float) -> None:
         view = self._view(answer.session_id)
@@ -804,7 +823,7 @@ class RunnerCore:
 
     # -- running -----------------------------------------------------------------------------
 
-    def _start_queued(self) -> None:
+    def _start_queued(self, now: float) -> None:
         for call in self.calls.values():
             if self._running >= self.max_concurrency:
                 return
@@ -815,14 +834,44 @@ class RunnerCore:
                 continue
             call.phase = Phase.RUNNING
             self._running += 1
+            timeout = call.function.timeout
+            call.deadline = None if timeout is None else now + timeout
             self._effects.append(
-                RunFunction(call.key, call.function, call.arguments, call.attempts)
+                RunFunction(call.key, call.function, call.arguments, call.attempts, call.deadline)
             )
+
+    def _time_out(self, now: float) -> None:
+        """Fail calls whose function runs past its ``timeout``. The function is asked to
+        stop; whatever it returns later changes nothing (it is only logged)."""
+        for call in self.calls.values():
+            if call.phase is not Phase.RUNNING or call.deadline is None or call.deadline > now:
+                continue
+            function = call.function
+            assert function is not None
+            assert function.timeout is not None
+            logger.warning(
+                "Call %s of %s timed out after %g s", call.key.call_id, call.name, function.timeout
+            )
+            self._effects.append(CancelFunction(call.key))
+            self._overrunning.add(call.key)
+            self._count(call.key.session_id, "calls_run")
+            self._count(call.key.session_id, "function_errors")
+            error = timeout_error(function.timeout, idempotent=function.idempotent)
+            self._save(call, failure_event(call.key, error), self.owner, now)
 
     def _running_of(self, name: str) -> int:
         return sum(1 for c in self.calls.values() if c.phase is Phase.RUNNING and c.name == name)
 
     def on_function_done(self, outcome: FunctionOutcome, now: float) -> None:
+        if outcome.key in self._overrunning:
+            self._overrunning.discard(outcome.key)
+            self._running -= 1
+            logger.warning(
+                "Call %s finished after its timeout; its late outcome was not sent: %s",
+                outcome.key.call_id,
+                outcome.event,
+            )
+            return
         call = self.calls.get(outcome.key)
         if call is None or call.phase is not Phase.RUNNING:
             return
@@ -1079,7 +1128,8 @@ class RunnerCore:
             if call.retry is not None and call.not_before <= now:
                 effect, call.retry = call.retry, None
                 self._effects.append(effect)
-        self._start_queued()
+        self._time_out(now)
+        self._start_queued(now)
         self._take_batches(now)
         for view in self._sessions.values():
             read_at = self._next_read(view)
@@ -1113,6 +1163,11 @@ class RunnerCore:
         due = [now + self.poll_interval]
         due += [c.not_before for c in self.calls.values() if c.retry is not None]
         due += [c.not_before for c in self.calls.values() if c.phase is Phase.BACKOFF]
+        due += [
+            c.deadline
+            for c in self.calls.values()
+            if c.phase is Phase.RUNNING and c.deadline is not None
+        ]
         for view in self._sessions.values():
             read_at = self._next_read(view)
             if read_at is not None:

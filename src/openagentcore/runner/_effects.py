@@ -14,11 +14,13 @@ from typing import Any
 
 from ..store import CallKey, CallRecord, CallState, Claim, ResultStore
 from ..types import RequiredAction, Session, Turn
+from ._context import CallContext, call_idempotency_key
 from ._registry import RegisteredFunction
 
 __all__ = [
     "AskInDoubt",
     "Batch",
+    "CancelFunction",
     "ClaimCall",
     "Effect",
     "FunctionOutcome",
@@ -159,6 +161,29 @@ class RunFunction:
     function: RegisteredFunction
     arguments: object
     attempt: int
+    #: ``time.monotonic()`` instant after which the call is failed as timed out.
+    deadline: float | None = None
+
+    def context(self) -> CallContext:
+        """The :class:`CallContext` the function receives."""
+        key = self.key
+        return CallContext(
+            session_id=key.session_id,
+            turn_id=key.turn_id,
+            call_id=key.call_id,
+            function_name=self.function.name,
+            attempt=self.attempt,
+            idempotency_key=call_idempotency_key(key.session_id, key.turn_id, key.call_id),
+            deadline=self.deadline,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CancelFunction:
+    """Ask a running function to stop: its Turn was cancelled or its time is up.
+    Coroutine functions are cancelled; plain ones see ``ctx.cancelled`` set."""
+
+    key: CallKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +213,15 @@ class ReportAction:
     action: RequiredAction
 
 
-Effect = StoreEffect | PostResults | RunFunction | AskInDoubt | ReadSession | ReportAction
+Effect = (
+    StoreEffect
+    | PostResults
+    | RunFunction
+    | CancelFunction
+    | AskInDoubt
+    | ReadSession
+    | ReportAction
+)
 
 
 # -- answers --------------------------------------------------------------------------

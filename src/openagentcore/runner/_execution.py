@@ -9,15 +9,17 @@ without a result.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._context import CallContext, run_with_context, run_with_context_async
 from ._core import ErrorHook
 from ._effects import FunctionOutcome, RunFunction
 from ._registry import ArgumentsError
-from ._results import INTERNAL_ERROR, ErrorFormatter, failure_event, success_event
+from ._results import CANCELLED_ERROR, INTERNAL_ERROR, ErrorFormatter, failure_event, success_event
 
 __all__ = ["Hooks", "call_async", "call_sync"]
 
@@ -30,28 +32,34 @@ class Hooks:
     on_error: ErrorHook | None
 
 
-def call_sync(run: RunFunction, hooks: Hooks) -> FunctionOutcome:
-    """Bind the model's arguments and call a plain function."""
+def call_sync(run: RunFunction, hooks: Hooks, context: CallContext) -> FunctionOutcome:
+    """Bind the model's arguments and call a plain function, with ``current_call()``
+    returning ``context``."""
     try:
-        args, kwargs = run.function.bind(run.arguments)
+        args, kwargs = run.function.bind(run.arguments, context=context)
     except ArgumentsError as exc:
         return FunctionOutcome(run.key, failure_event(run.key, str(exc)), ran=False)
     try:
-        value = run.function.func(*args, **kwargs)
+        value = run_with_context(context, run.function.func, *args, **kwargs)
     except Exception as exc:
         return _failed(run, exc, hooks)
     return _succeeded(run, value, hooks)
 
 
-async def call_async(run: RunFunction, hooks: Hooks) -> FunctionOutcome:
-    """Bind the model's arguments and await a coroutine function."""
+async def call_async(run: RunFunction, hooks: Hooks, context: CallContext) -> FunctionOutcome:
+    """Bind the model's arguments and await a coroutine function. Cancelled (its Turn
+    was cancelled or its time ran out), it ends with a failed result."""
     try:
-        args, kwargs = run.function.bind(run.arguments)
+        args, kwargs = run.function.bind(run.arguments, context=context)
     except ArgumentsError as exc:
         return FunctionOutcome(run.key, failure_event(run.key, str(exc)), ran=False)
     try:
-        awaitable: Awaitable[Any] = run.function.func(*args, **kwargs)
-        value = await awaitable
+        func: Callable[..., Awaitable[Any]] = run.function.func
+        value = await run_with_context_async(context, func, *args, **kwargs)
+    except asyncio.CancelledError:
+        if not context.cancelled.is_set():
+            raise  # not ours: the runner is closing
+        return FunctionOutcome(run.key, failure_event(run.key, CANCELLED_ERROR))
     except Exception as exc:
         return _failed(run, exc, hooks)
     return _succeeded(run, value, hooks)

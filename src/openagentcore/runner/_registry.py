@@ -3,25 +3,46 @@
 A function's schema comes from its signature through pydantic, so what the model is
 told and what is validated before the call are the same thing. Per-parameter
 descriptions come from ``Annotated[..., Field(description=...)]``, a plain string in
-``Annotated``, or the docstring.
+``Annotated``, or the docstring, in that order.
+
+Arguments are strict by default: the schema says ``additionalProperties: false`` and an
+argument the function does not name fails the call instead of being dropped.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
+import math
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 import pydantic
 from pydantic.fields import FieldInfo
 
 from .._admission import check_tools
 from .._errors import AdmissionError
+from ._context import CallContext
 from ._docstrings import parse_docstring
+from ._json import (
+    UntrustedJSONError,
+    check_json_value,
+    parse_untrusted_json,
+)
 
-__all__ = ["ArgumentsError", "FunctionRegistry", "RegisteredFunction"]
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "ArgumentsError",
+    "FunctionRegistry",
+    "RegisteredFunction",
+    "describe_function",
+]
+
+#: Runs of one call at most, counting re-runs of an idempotent call after interruptions.
+DEFAULT_MAX_ATTEMPTS = 3
+
+Binder = Callable[[Mapping[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]
 
 
 class ArgumentsError(Exception):
@@ -30,19 +51,29 @@ class ArgumentsError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class RegisteredFunction:
+    """A function as registered: its declaration, how arguments bind to it, and the
+    limits the runner enforces when it runs.
+
+    ``context_parameter`` names the parameter that receives the :class:`CallContext`
+    (``None`` when the function takes none); it is not part of ``parameters``.
+    ``timeout`` (seconds), ``max_concurrency`` (calls of this function at once) and
+    ``max_attempts`` (runs of one call, counting idempotent re-runs) are enforced by
+    the runner. ``strict=False`` drops arguments the function does not name instead of
+    failing the call.
+    """
+
     name: str
     description: str
     parameters: dict[str, Any]
     func: Callable[..., Any] = field(repr=False)
     idempotent: bool = False
     defer_loading: bool = False
-    #: Runs of one call at most (the first and re-runs of an idempotent call in doubt).
-    max_attempts: int = 3
-    #: Calls of this function running at once, or ``None`` for the runner's limit.
+    strict: bool = True
+    context_parameter: str | None = None
+    timeout: float | None = None
     max_concurrency: int | None = None
-    _binder: Callable[[Mapping[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]] = field(
-        default=lambda _: ((), {}), repr=False
-    )
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    _binder: Binder = field(default=lambda _: ((), {}), repr=False)
 
     @property
     def is_async(self) -> bool:
@@ -60,26 +91,55 @@ class RegisteredFunction:
             tool["defer_loading"] = True
         return tool
 
-    def bind(self, arguments: object) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """Validate the model's arguments (a JSON string or object) into call arguments."""
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
-                raise ArgumentsError("Arguments are not valid JSON.") from None
+    def bind(
+        self, arguments: object, *, context: CallContext | None = None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Validate the model's arguments (a JSON string or object) into call arguments,
+        adding ``context`` for a function that declares a :class:`CallContext`.
+
+        Raises :class:`ArgumentsError` (text for the model, naming fields, never values)
+        for anything the function cannot be called with: JSON over
+        ``_json.MAX_ARGUMENTS_BYTES`` or nested too deep, NaN or Infinity, lone
+        surrogates, unknown fields (unless ``strict=False``) and invalid values.
+        """
+        if self.context_parameter is not None and context is None:
+            raise TypeError(
+                f"Function {self.name!r} takes a CallContext in {self.context_parameter!r}; "
+                "pass context= to bind()."
+            )
+        try:
+            if isinstance(arguments, str):
+                arguments = parse_untrusted_json(arguments) if arguments.strip() else {}
+            else:
+                check_json_value(arguments)
+        except UntrustedJSONError as exc:
+            raise ArgumentsError(f"Invalid arguments: {exc}.") from None
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, Mapping):
             raise ArgumentsError("Arguments must be a JSON object.")
-        return self._binder(arguments)
+        args, kwargs = self._binder(arguments)
+        if self.context_parameter is not None:
+            kwargs[self.context_parameter] = context
+        return args, kwargs
 
 
 def _describe_validation_error(error: pydantic.ValidationError) -> str:
     problems = []
     for item in error.errors(include_input=False, include_url=False):
         where = ".".join(str(part) for part in item["loc"]) or "<arguments>"
-        problems.append(f"`{where}`: {item['msg']}")
+        if item["type"] == "extra_forbidden":
+            problems.append(f"unknown field `{where}`")
+        else:
+            problems.append(f"`{where}`: {item['msg']}")
     return "Invalid arguments: " + "; ".join(problems[:5])
+
+
+def _unknown_fields(arguments: Mapping[str, Any], known: set[str]) -> None:
+    unknown = [name for name in arguments if name not in known]
+    if unknown:
+        fields = ", ".join(f"`{name}`" for name in unknown[:5])
+        raise ArgumentsError(f"Invalid arguments: unknown field {fields}")
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -103,32 +163,29 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _signature_binder(
-    func: Callable[..., Any], param_docs: Mapping[str, str]
-) -> tuple[dict[str, Any], Callable[[Mapping[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]]:
-    signature = inspect.signature(func)
-    hints = get_type_hints(func, include_extras=True)
+    func: Callable[..., Any],
+    name: str,
+    param_docs: Mapping[str, str],
+    *,
+    strict: bool,
+    hints: Mapping[str, Any],
+    context_parameter: str | None,
+) -> tuple[dict[str, Any], Binder]:
     fields: dict[str, Any] = {}
-    for param in signature.parameters.values():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise AdmissionError(
-                f"Function {func.__name__!r} takes *{param.name}; a JSON Schema cannot "
-                "describe variadic parameters. Name each parameter, or pass parameters=.",
-                tool=func.__name__,
-                field="parameters",
-            )
-        if param.kind is param.POSITIONAL_ONLY:
-            raise AdmissionError(
-                f"Function {func.__name__!r} has positional-only parameter {param.name!r}; "
-                "arguments arrive by name. Remove the `/`.",
-                tool=func.__name__,
-                field="parameters",
-            )
+    for param in inspect.signature(func).parameters.values():
+        if param.name == context_parameter:
+            continue
         annotation = hints.get(param.name, Any)
-        info = _field_info(annotation, param, param_docs.get(param.name))
-        fields[param.name] = (annotation, info)
+        _check_expressible(name, param.name, annotation)
+        fields[param.name] = (
+            annotation,
+            _field_info(annotation, param, param_docs.get(param.name)),
+        )
     model = pydantic.create_model(
-        f"{func.__name__}_arguments",
-        __config__=pydantic.ConfigDict(extra="ignore", arbitrary_types_allowed=False),
+        f"{name or 'function'}_arguments",
+        __config__=pydantic.ConfigDict(
+            extra="forbid" if strict else "ignore", arbitrary_types_allowed=False
+        ),
         **fields,
     )
     assert issubclass(model, pydantic.BaseModel)
@@ -143,14 +200,93 @@ def _signature_binder(
     return _clean_schema(model.model_json_schema()), bind
 
 
+def _check_signature(func: Callable[..., Any], name: str) -> None:
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
+            raise AdmissionError(
+                f"Function {name!r} takes {stars}{param.name}; a JSON Schema cannot "
+                "describe variadic parameters. Name each parameter, or pass parameters=.",
+                tool=name,
+                field="parameters",
+            )
+        if param.kind is param.POSITIONAL_ONLY:
+            raise AdmissionError(
+                f"Function {name!r} has positional-only parameter {param.name!r}; "
+                "arguments arrive by name. Remove the `/`.",
+                tool=name,
+                field="parameters",
+            )
+
+
+def _type_hints(func: Callable[..., Any], name: str) -> dict[str, Any]:
+    try:
+        return get_type_hints(func, include_extras=True)
+    except Exception as exc:  # NameError for a forward reference, TypeError, ...
+        raise AdmissionError(
+            f"Function {name!r} has type hints that cannot be resolved ({exc}); import "
+            "the types they name where the function is defined.",
+            tool=name,
+            field="parameters",
+        ) from None
+
+
+def _check_expressible(name: str, parameter: str, annotation: Any) -> None:
+    """Fail registration, naming the parameter, for a type pydantic cannot describe."""
+    try:
+        pydantic.TypeAdapter(annotation).json_schema()
+    except pydantic.PydanticUserError:
+        shown = (
+            annotation.__qualname__
+            if isinstance(annotation, type) and not get_args(annotation)
+            else repr(annotation).replace("typing.", "").replace("collections.abc.", "")
+        )
+        raise AdmissionError(
+            f"Function {name!r}: parameter {parameter!r} has type {shown}, which has no "
+            "JSON Schema. Use JSON types (str, int, float, bool, list, dict, Literal, "
+            "Enum), a pydantic model or dataclass, or pass parameters=.",
+            tool=name,
+            field=f"parameters.{parameter}",
+        ) from None
+
+
+def _context_parameter(name: str, hints: Mapping[str, Any], func: Callable[..., Any]) -> str | None:
+    """The one parameter annotated ``CallContext`` (also inside ``Annotated``)."""
+    found: list[str] = []
+    for param in inspect.signature(func).parameters:
+        annotation = hints.get(param)
+        if get_origin(annotation) is Annotated:
+            annotation = get_args(annotation)[0]
+        if annotation is CallContext:
+            found.append(param)
+        elif get_origin(annotation) in (Union, types.UnionType) and CallContext in get_args(
+            annotation
+        ):
+            raise AdmissionError(
+                f"Function {name!r}: parameter {param!r} mixes CallContext into a union; "
+                "the runner always passes one, so annotate it as plain CallContext.",
+                tool=name,
+                field=f"parameters.{param}",
+            )
+    if len(found) > 1:
+        raise AdmissionError(
+            f"Function {name!r} has more than one CallContext parameter "
+            f"({', '.join(found)}); keep one.",
+            tool=name,
+            field="parameters",
+        )
+    return found[0] if found else None
+
+
 def _field_info(annotation: Any, param: inspect.Parameter, doc: str | None) -> FieldInfo:
+    """Precedence: ``Field(description=)`` > a string in ``Annotated`` > the docstring."""
     description = doc
     if get_origin(annotation) is Annotated:
-        for extra in get_args(annotation)[1:]:
-            if isinstance(extra, str):
-                description = extra
-            elif isinstance(extra, FieldInfo) and extra.description:
-                description = None  # the Annotated Field already carries it
+        extras = get_args(annotation)[1:]
+        if any(isinstance(extra, FieldInfo) and extra.description for extra in extras):
+            description = None  # the Annotated Field already carries it
+        else:
+            description = next((e for e in reversed(extras) if isinstance(e, str)), doc)
     default = param.default if param.default is not param.empty else ...
     # An explicit description=None would replace the one an Annotated Field carries.
     info: FieldInfo = (
@@ -161,10 +297,13 @@ def _field_info(annotation: Any, param: inspect.Parameter, doc: str | None) -> F
     return info
 
 
-def _model_binder(
-    model: type[pydantic.BaseModel],
-) -> Callable[[Mapping[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]:
+def _model_binder(model: type[pydantic.BaseModel], known: set[str] | None) -> Binder:
+    """The function receives one validated ``model``; with ``known``, other top-level
+    names fail the call whatever the model's own ``extra`` setting."""
+
     def bind(arguments: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if known is not None:
+            _unknown_fields(arguments, known)
         try:
             return (model.model_validate(dict(arguments)),), {}
         except pydantic.ValidationError as exc:
@@ -173,12 +312,21 @@ def _model_binder(
     return bind
 
 
-def _schema_binder(
-    schema: Mapping[str, Any],
-) -> Callable[[Mapping[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]:
+def _schema_binder(schema: Mapping[str, Any], *, strict: bool) -> Binder:
+    """Checks required keys, and unknown keys when strict and the schema forbids them."""
     required = [name for name in schema.get("required", []) if isinstance(name, str)]
+    properties = schema.get("properties")
+    known = (
+        set(properties)
+        if strict
+        and isinstance(properties, Mapping)
+        and schema.get("additionalProperties") is False
+        else None
+    )
 
     def bind(arguments: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if known is not None:
+            _unknown_fields(arguments, known)
         missing = [name for name in required if name not in arguments]
         if missing:
             fields = ", ".join(f"`{name}`" for name in missing)
@@ -186,6 +334,35 @@ def _schema_binder(
         return (), dict(arguments)
 
     return bind
+
+
+def _check_options(
+    name: str, timeout: float | None, max_concurrency: int | None, max_attempts: int
+) -> None:
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ValueError(
+            f"Function {name!r}: timeout must be a positive number of seconds or None, "
+            f"got {timeout!r}."
+        )
+    if max_concurrency is not None and (
+        isinstance(max_concurrency, bool)
+        or not isinstance(max_concurrency, int)
+        or max_concurrency < 1
+    ):
+        raise ValueError(
+            f"Function {name!r}: max_concurrency must be a whole number of at least 1 or "
+            f"None, got {max_concurrency!r}."
+        )
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(
+            f"Function {name!r}: max_attempts must be a whole number of at least 1, "
+            f"got {max_attempts!r}."
+        )
 
 
 def describe_function(
@@ -196,25 +373,46 @@ def describe_function(
     parameters: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
     idempotent: bool = False,
     defer_loading: bool = False,
+    strict: bool = True,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> RegisteredFunction:
     """Build the declaration and argument binder for ``func``.
 
     ``parameters`` overrides the signature: a pydantic model (the function then receives
-    one validated instance) or a JSON Schema dict (checked for required keys only; the
-    function receives the arguments as keyword arguments).
+    one validated instance) or a JSON Schema dict (declared as given; checked for
+    required keys, and for unknown keys when it says ``additionalProperties: false``;
+    the function receives the arguments as keyword arguments). A parameter annotated
+    :class:`CallContext` receives the call's context and is never declared.
     """
     if not callable(func):
         raise TypeError(f"Expected a callable, got {type(func).__name__}")
     doc = parse_docstring(inspect.getdoc(func))
     fn_name = name if name is not None else getattr(func, "__name__", "")
+    _check_options(fn_name, timeout, max_concurrency, max_attempts)
+    hints = _type_hints(func, fn_name)
+    context_parameter = _context_parameter(fn_name, hints, func)
     if isinstance(parameters, type) and issubclass(parameters, pydantic.BaseModel):
         schema = _clean_schema(parameters.model_json_schema())
-        binder = _model_binder(parameters)
+        known: set[str] | None = None
+        if strict:
+            schema["additionalProperties"] = False
+            known = set(schema["properties"])
+        binder = _model_binder(parameters, known)
     elif parameters is not None:
         schema = dict(parameters)
-        binder = _schema_binder(schema)
+        binder = _schema_binder(schema, strict=strict)
     else:
-        schema, binder = _signature_binder(func, doc.params)
+        _check_signature(func, fn_name)
+        schema, binder = _signature_binder(
+            func,
+            fn_name,
+            doc.params,
+            strict=strict,
+            hints=hints,
+            context_parameter=context_parameter,
+        )
     text = description if description is not None else doc.description
     if not text:
         raise AdmissionError(
@@ -230,6 +428,11 @@ def describe_function(
         func=func,
         idempotent=idempotent,
         defer_loading=defer_loading,
+        strict=strict,
+        context_parameter=context_parameter,
+        timeout=timeout,
+        max_concurrency=max_concurrency,
+        max_attempts=max_attempts,
         _binder=binder,
     )
     check_tools([registered.declaration()], for_session=False)

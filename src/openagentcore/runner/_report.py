@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 from ..store import CallKey
 
-__all__ = ["ServeReport", "TurnResult"]
+__all__ = ["OutputT", "ServeReport", "TurnResult"]
+
+#: The type of :attr:`TurnResult.output`; ``Any`` when none is given.
+OutputT = TypeVar("OutputT", default=Any)
 
 
 @dataclass(slots=True)
@@ -40,16 +45,17 @@ class ServeReport:
 
 
 @dataclass(slots=True)
-class TurnResult:
+class TurnResult(Generic[OutputT]):
     """The outcome of :meth:`FunctionRunner.run_turn`.
 
     ``text`` is the final assistant text; ``output`` the same parsed into
-    ``output_type`` when one was given.
+    ``output_type`` when one was given, so ``run_turn(..., output_type=Answer)`` gives a
+    ``TurnResult[Answer]`` whose ``output`` type-checks as ``Answer``.
     """
 
     session_id: str
     turn_id: str
     status: str
     text: str | None
-    output: Any
+    output: OutputT
     report: ServeReport

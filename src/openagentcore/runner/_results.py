@@ -17,11 +17,13 @@ import pydantic_core
 from ..store import CallKey
 
 __all__ = [
+    "CANCELLED_ERROR",
     "IN_DOUBT_ERROR",
     "INTERNAL_ERROR",
     "ErrorFormatter",
     "failure_event",
     "success_event",
+    "timeout_error",
 ]
 
 TOOL_RESULT = "agent.session.input.tool_result"
@@ -35,10 +37,23 @@ IN_DOUBT_ERROR = (
     "repeated, to avoid running its effect twice."
 )
 
+#: Sent for a call whose function was cancelled (its Turn was cancelled) before it ended.
+CANCELLED_ERROR = "The call was cancelled before it finished."
+
 #: The contract's limit on the stored input of one ``events.create`` request.
 MAX_RESULT_BYTES = 512 * 1024
 
 ErrorFormatter = Callable[[BaseException], str]
+
+
+def timeout_error(seconds: float, *, idempotent: bool) -> str:
+    """The failed result of a call that ran past its ``timeout``."""
+    text = f"The call timed out after {seconds:g} s."
+    if not idempotent:
+        text += " Its outcome is unknown: it may have had its effect."
+    return text
+
+
 _CONTENT_TYPES = frozenset({"input_text", "input_image"})
 
 

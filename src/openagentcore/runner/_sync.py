@@ -25,6 +25,7 @@ from typing_extensions import Unpack
 from .._client import Client
 from .._errors import OpenAgentCoreError
 from .._streaming import EventStream
+from ..store import CallKey
 from ..types import UserMessage
 from ._base import (
     RunnerBase,
@@ -36,9 +37,11 @@ from ._base import (
     input_event,
     parse_output,
 )
+from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
 from ._effects import (
     AskInDoubt,
+    CancelFunction,
     Effect,
     FunctionOutcome,
     PostOutcome,
@@ -49,7 +52,7 @@ from ._effects import (
     SessionOutcome,
     perform_store,
 )
-from ._execution import call_async, call_sync
+from ._execution import Hooks, call_async, call_sync
 from ._pump import (
     Connected,
     Dropped,
@@ -74,6 +77,8 @@ logger = logging.getLogger("openagentcore.runner")
 #: apart, so a hanging request never delays a lease renewal.
 _STORE_THREADS = 4
 _HTTP_THREADS = 4
+#: How often a coroutine function run by the sync runner looks for its cancellation.
+_CANCEL_POLL = 0.05
 
 
 class FunctionRunner(RunnerBase):
@@ -100,6 +105,8 @@ class FunctionRunner(RunnerBase):
         self._http_pool = ThreadPoolExecutor(_HTTP_THREADS, thread_name_prefix="oac-http")
         self._pump_thread: threading.Thread | None = None
         self._closing = False
+        #: The context of each running function, to cancel it.
+        self._contexts: dict[CallKey, CallContext] = {}
 
     # -- public API ----------------------------------------------------------------------
 
@@ -304,7 +311,13 @@ class FunctionRunner(RunnerBase):
     def _dispatch(self, effect: Effect) -> None:
         put = self._inbox.put
         if isinstance(effect, RunFunction):
-            self._functions.submit(self._run, effect)
+            context = effect.context()
+            self._contexts[effect.key] = context
+            self._functions.submit(self._run, effect, context)
+        elif isinstance(effect, CancelFunction):
+            running = self._contexts.get(effect.key)
+            if running is not None:
+                cancel_call(running)
         elif isinstance(effect, PostResults):
             self._http_pool.submit(lambda: put(self._post(effect)))
         elif isinstance(effect, ReadSession):
@@ -318,17 +331,19 @@ class FunctionRunner(RunnerBase):
         else:
             self._store_pool.submit(lambda: put(perform_store(effect, self.store)))
 
-    def _run(self, effect: RunFunction) -> None:
+    def _run(self, effect: RunFunction, context: CallContext) -> None:
         try:
             if effect.function.is_async:
-                outcome = asyncio.run(call_async(effect, self._hooks))
+                outcome = asyncio.run(_cancellable(effect, self._hooks, context))
             else:
-                outcome = call_sync(effect, self._hooks)
+                outcome = call_sync(effect, self._hooks, context)
         except BaseException:
             # SystemExit or the like inside the function: no result, so the call is
             # in doubt; the pump must hear of it all the same.
             self._inbox.put(FunctionOutcome(effect.key, None))
             raise
+        finally:
+            self._contexts.pop(effect.key, None)
         self._inbox.put(outcome)
 
     def _post(self, effect: PostResults) -> PostOutcome:
@@ -428,6 +443,19 @@ class _Reader:
                     self._stream = stream
                 return stream
         return None  # pragma: no cover - tenacity always returns or raises
+
+
+async def _cancellable(effect: RunFunction, hooks: Hooks, context: CallContext) -> FunctionOutcome:
+    """Run a coroutine function on this thread's own loop, cancelled when the runner
+    sets ``context.cancelled`` (its Turn was cancelled or its time ran out)."""
+    task = asyncio.ensure_future(call_async(effect, hooks, context))
+    while not task.done():
+        await asyncio.wait({task}, timeout=_CANCEL_POLL)
+        if context.cancelled.is_set() and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return task.result()
 
 
 def _drain(inbox: queue.SimpleQueue[Message], wait: float) -> list[Message]:

@@ -1,0 +1,42 @@
+"""Checked by mypy --strict from tests/runner/test_output.py, never run: the types a
+caller sees for structured output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+from typing_extensions import assert_type
+
+from openagentcore import ServeReport, TurnResult
+from openagentcore.runner._output import parse_turn_output
+
+
+class Answer(pydantic.BaseModel):
+    city: str
+    temperature: float
+
+
+def typed(result: TurnResult) -> float:
+    parsed = parse_turn_output(result, Answer)
+    assert_type(parsed, TurnResult[Answer])
+    assert_type(parsed.output, Answer)
+    return parsed.output.temperature
+
+
+def untyped_is_any(result: TurnResult) -> None:
+    assert_type(result, TurnResult[Any])
+    assert_type(result.output, Any)
+
+
+def constructed_as_before() -> TurnResult:
+    result = TurnResult(
+        session_id="s",
+        turn_id="t",
+        status="completed",
+        text="hi",
+        output="hi",
+        report=ServeReport("s"),
+    )
+    assert_type(result.output, str)
+    return result
