@@ -26,7 +26,12 @@ from ._errors import (
 )
 from ._pagination import AsyncPage, SyncPage
 from ._retry import RetryPolicy
-from ._streaming import AsyncEventStream, EventStream
+from ._streaming import (
+    AsyncCreationEventStream,
+    AsyncEventStream,
+    CreationEventStream,
+    EventStream,
+)
 from .runner import (
     AsyncFunctionRunner,
     FunctionRunner,
@@ -58,6 +63,7 @@ __all__ = [
     "APITimeoutError",
     "AdmissionError",
     "AsyncClient",
+    "AsyncCreationEventStream",
     "AsyncEventStream",
     "AsyncFunctionRunner",
     "AsyncPage",
@@ -68,6 +74,7 @@ __all__ = [
     "CallState",
     "Client",
     "ConflictError",
+    "CreationEventStream",
     "EventStream",
     "FunctionRunner",
     "InDoubtCall",

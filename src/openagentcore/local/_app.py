@@ -218,7 +218,10 @@ class _App:
             )
 
         store = self.engine.store
-        fingerprint = canonical_json(body)
+        # The response mode is not part of the retry identity: the contract's recovery
+        # for a lost creation stream repeats the request with the same key and
+        # ``stream: false`` (sessions-events.md, Creation streaming).
+        fingerprint = canonical_json({k: v for k, v in body.items() if k != "stream"})
         if key is not None and key in store.creation_keys:
             previous_fingerprint, session_id = store.creation_keys[key]
             original = store.sessions.get(session_id)
