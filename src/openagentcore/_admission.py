@@ -33,7 +33,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from ._errors import AdmissionError
+from ._errors import SERVER_PATH, AdmissionError
 
 __all__ = [
     "HARNESSES",
@@ -54,6 +54,9 @@ _CLAUDE = "claude_sdk"
 
 MAX_SESSION_FUNCTIONS = 64
 MAX_FUNCTION_NAME_BYTES = 512
+_FUNCTION_NAME_RULE = (
+    f"Function names must be nonempty, unique and at most {MAX_FUNCTION_NAME_BYTES} bytes."
+)
 _MAX_ECHO_BYTES = 256
 
 
@@ -253,10 +256,20 @@ class _Tool:
     declaration: Mapping[str, Any]
     label: str
 
-    def fail(self, problem: str, *, member: str | None, code: str) -> NoReturn:
+    def fail(
+        self, problem: str, *, member: str | None, code: str, server_message: str | None = None
+    ) -> NoReturn:
+        """Raise with the SDK's ``problem``; ``server_message`` is the server's wording
+        where the contract gives one (its param is then null)."""
         path = f"tools[{self.index}]" + (f".{member}" if member else "")
         named = "" if self.label == f"tools[{self.index}]" else f" ({self.type} '{self.label}')"
-        raise AdmissionError(f"{path}{named}: {problem}", tool=self.label, field=path, code=code)
+        raise AdmissionError(
+            f"{path}{named}: {problem}",
+            tool=self.label,
+            field=path,
+            code=code,
+            server_message=server_message,
+        )
 
     @property
     def deferred(self) -> bool:
@@ -266,7 +279,11 @@ class _Tool:
 def _check_tool_shapes(tools: Sequence[Mapping[str, Any]], *, for_session: bool) -> list[_Tool]:
     if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
         raise AdmissionError(
-            "tools: expected an array of tool declarations.", field="tools", code=PROTOCOL_ERROR
+            "tools: expected an array of tool declarations.",
+            field="tools",
+            code=PROTOCOL_ERROR,
+            server_message=_wrong_type("an array", tools),
+            server_path="tools",
         )
     declared: list[_Tool] = []
     for index, declaration in enumerate(tools):
@@ -279,6 +296,8 @@ def _check_tool_shapes(tools: Sequence[Mapping[str, Any]], *, for_session: bool)
                 tool=label,
                 field=path,
                 code=PROTOCOL_ERROR,
+                server_message=_wrong_type("an object", declaration),
+                server_path=path,
             )
         tool_type = _check_union_type(declaration, _TOOL_TYPES, path=path, tool=label)
         _check_members(declaration, _TOOL_SHAPES[tool_type], path=path, tool=label, skip="type")
@@ -308,10 +327,13 @@ def _check_tool_conflicts(declared: Sequence[_Tool]) -> None:
         if tool.type == "function":
             name = tool.declaration["name"]
             if name in seen_names:
+                shown = _echo(name)
                 tool.fail(
                     "another function already has this name; give each function a unique name.",
                     member="name",
                     code=PROTOCOL_ERROR,
+                    server_message="duplicate function tool name"
+                    + (f": {shown}" if shown is not None else ""),
                 )
             seen_names.add(name)
             root = tool.declaration["parameters"].get("type")
@@ -321,6 +343,7 @@ def _check_tool_conflicts(declared: Sequence[_Tool]) -> None:
                     'in {"type": "object", "properties": {...}}.',
                     member="parameters.type",
                     code=PROTOCOL_ERROR,
+                    server_message=_function_schema_root_message(name, root),
                 )
         elif tool.type in ("web_search", "tool_search"):
             if tool.type in seen_singletons:
@@ -328,6 +351,7 @@ def _check_tool_conflicts(declared: Sequence[_Tool]) -> None:
                     f"only one {tool.type} tool is allowed; remove the repeated declaration.",
                     member="type",
                     code=PROTOCOL_ERROR,
+                    server_message=f"duplicate {tool.type} tool",
                 )
             seen_singletons.add(tool.type)
 
@@ -341,6 +365,7 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
             f"got {len(functions)} (deferred ones count too); drop some or split them "
             "across Agents.",
             code=UNSUPPORTED,
+            server_message=f"This service supports at most {MAX_SESSION_FUNCTIONS} function tools.",
         )
     programmatic_seen = False
     seen_labels: set[str] = set()
@@ -354,6 +379,7 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
                     "(an omitted or null mode means live search).",
                     member="mode",
                     code=UNSUPPORTED,
+                    server_message="Only disabled web_search is qualified for execution.",
                 )
         elif tool.type == "programmatic_tool_calling":
             if programmatic_seen:
@@ -361,6 +387,7 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
                     "declare programmatic_tool_calling at most once.",
                     member="type",
                     code=UNSUPPORTED,
+                    server_message="Execution requires distinct tool controls.",
                 )
             programmatic_seen = True
             if tool.declaration.get("enabled") is not False:
@@ -384,7 +411,12 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
 def _check_function_name(tool: _Tool) -> None:
     name: str = tool.declaration["name"]
     if not name.strip():
-        tool.fail("the name is blank; give the function a name.", member="name", code=UNSUPPORTED)
+        tool.fail(
+            "the name is blank; give the function a name.",
+            member="name",
+            code=UNSUPPORTED,
+            server_message=_FUNCTION_NAME_RULE,
+        )
     size = len(name.encode("utf-8", "surrogatepass"))
     if size > MAX_FUNCTION_NAME_BYTES:
         tool.fail(
@@ -392,6 +424,7 @@ def _check_function_name(tool: _Tool) -> None:
             f"{MAX_FUNCTION_NAME_BYTES}.",
             member="name",
             code=UNSUPPORTED,
+            server_message=_FUNCTION_NAME_RULE,
         )
 
 
@@ -429,6 +462,7 @@ def _check_mcp_execution(tool: _Tool, seen_labels: set[str]) -> None:
             "another MCP server already uses this server_label; give each server its own label.",
             member="server_label",
             code=UNSUPPORTED,
+            server_message="Execution requires distinct MCP server labels.",
         )
     seen_labels.add(label)
     transport: Mapping[str, Any] = tool.declaration["transport"]
@@ -489,7 +523,13 @@ def _server_url_problem(url: str) -> str | None:
 
 def _check_text_shape(text: Mapping[str, Any]) -> None:
     if not isinstance(text, Mapping):
-        raise AdmissionError("text: expected an object.", field="text", code=PROTOCOL_ERROR)
+        raise AdmissionError(
+            "text: expected an object.",
+            field="text",
+            code=PROTOCOL_ERROR,
+            server_message=_wrong_type("an object", text),
+            server_path="text",
+        )
     _check_members(text, _TEXT_SHAPE, path="text", tool=None)
     text_format = text.get("format")
     if text_format is None:
@@ -514,6 +554,9 @@ def _check_schema_root(text: Mapping[str, Any]) -> None:
             'output in {"type": "object", "properties": {...}}.',
             field="text.format.schema.type",
             code=PROTOCOL_ERROR,
+            # The server names the inline path even on Agent requests (wire-semantics.md).
+            server_message='agent.text.format.schema must have top-level type "object"'
+            + (f'; got "{root}"' if _echo(root) is not None else ""),
         )
 
 
@@ -694,7 +737,12 @@ def _check_mcp_for_harness(
 def _check_union_type(value: object, kind: _Kind, *, path: str, tool: str | None) -> str:
     if not isinstance(value, Mapping):
         raise AdmissionError(
-            f"{path}: expected an object.", tool=tool, field=path, code=PROTOCOL_ERROR
+            f"{path}: expected an object.",
+            tool=tool,
+            field=path,
+            code=PROTOCOL_ERROR,
+            server_message=_wrong_type("an object", value),
+            server_path=path,
         )
     if "type" not in value:
         raise AdmissionError(
@@ -702,6 +750,8 @@ def _check_union_type(value: object, kind: _Kind, *, path: str, tool: str | None
             tool=tool,
             field=f"{path}.type",
             code=PROTOCOL_ERROR,
+            server_message=f"Missing required parameter: '{SERVER_PATH}'.",
+            server_path=f"{path}.type",
         )
     _check_value(value["type"], kind, path=f"{path}.type", tool=tool)
     declared_type: str = value["type"]
@@ -730,6 +780,10 @@ def _check_members(
                 tool=tool,
                 field=member,
                 code=PROTOCOL_ERROR,
+                server_message=f"Unknown parameter: '{SERVER_PATH}'."
+                if shown
+                else "Unknown parameter.",
+                server_path=member if shown else None,
             )
     for key, item in value.items():
         if key != skip:
@@ -737,7 +791,12 @@ def _check_members(
     for key in shape.required:
         if key not in value:
             raise AdmissionError(
-                f"{path}.{key} is required.", tool=tool, field=f"{path}.{key}", code=PROTOCOL_ERROR
+                f"{path}.{key} is required.",
+                tool=tool,
+                field=f"{path}.{key}",
+                code=PROTOCOL_ERROR,
+                server_message=f"Missing required parameter: '{SERVER_PATH}'.",
+                server_path=f"{path}.{key}",
             )
 
 
@@ -746,9 +805,42 @@ def _check_value(value: object, kind: _Kind, *, path: str, tool: str | None) -> 
         return
     if kind.choices and isinstance(value, str):
         problem = f"unsupported value{_got(_echo(value))}; use one of {', '.join(kind.choices)}"
+        shown = _echo(value)
+        supported = [f"'{choice}'" for choice in kind.choices if choice != "null"]
+        listed = (
+            ", ".join(supported[:-1]) + " and " + supported[-1]
+            if len(supported) > 1
+            else supported[0]
+        )
+        server = f"Invalid value: '{shown}'." if shown is not None else "Invalid value."
+        server += f" Supported values are: {listed}."
     else:
         problem = f"expected {kind.description}, got {_json_kind(value)}"
-    raise AdmissionError(f"{path}: {problem}.", tool=tool, field=path, code=PROTOCOL_ERROR)
+        server = _wrong_type(kind.description, value)
+    raise AdmissionError(
+        f"{path}: {problem}.",
+        tool=tool,
+        field=path,
+        code=PROTOCOL_ERROR,
+        server_message=server,
+        server_path=path,
+    )
+
+
+def _wrong_type(expected: str, value: object) -> str:
+    got = _json_kind(value)
+    return f"Invalid type for '{SERVER_PATH}': expected {expected}, but got {got} instead."
+
+
+def _function_schema_root_message(name: object, root: str) -> str:
+    shown_name = _echo(name) if isinstance(name, str) else None
+    shown_root = _echo(root)
+    if shown_name is None or shown_root is None:
+        return "Invalid schema for function: schema must be a JSON Schema of 'type: \"object\"'."
+    return (
+        f"Invalid schema for function '{shown_name}': schema must be a JSON Schema of "
+        f"'type: \"object\"', got 'type: \"{shown_root}\"'."
+    )
 
 
 def _json_kind(value: object) -> str:

@@ -64,12 +64,10 @@ _SESSION_FIELDS = (
     "metadata",
     "stream",
     "vault_ids",
-    "prompt_cache_options",
-    "review",
-    "spend_control",
-    "stream_options",
     "x_agents_core",
 )
+
+_LOCATION_FIELDS = ("city", "country", "region", "timezone")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -178,6 +176,9 @@ class _App:
     async def create_session(self, request: Request) -> Response:
         body = await json_body(request, _SESSION_CREATE_BODY_LIMIT)
         reject_unknown(body, _SESSION_FIELDS)
+        # The inline Agent is validated first, before the input requirement, the retry
+        # lookup and the saved Agent's lookup (wire-semantics.md, Configuration validation).
+        inline = _inline_agent(body)
         key = idempotency_key(request)
         environment = body.get("environment")
         if not isinstance(environment, dict):
@@ -237,7 +238,7 @@ class _App:
                 )
             return _json(self.engine.session_wire(original), 201)
 
-        agent = self._session_agent(body)
+        agent = self._session_agent(body, inline)
         session, subscriber = self.engine.create_session(
             agent=_public_session_agent(agent),
             environment={"type": "none"},
@@ -253,16 +254,8 @@ class _App:
             return self._sse(subscriber, 201)
         return _json(self.engine.session_wire(session), 201)
 
-    def _session_agent(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _session_agent(self, body: dict[str, Any], inline: dict[str, Any]) -> dict[str, Any]:
         """Resolve ``agent_id`` and the inline ``agent`` into the frozen configuration."""
-        inline = body.get("agent") or {}
-        if not isinstance(inline, dict):
-            raise invalid(
-                "Invalid type for 'agent': expected an object.",
-                param="agent",
-                code="invalid_request_error",
-            )
-        reject_unknown(inline, _AGENT_FIELDS, prefix="agent.")
         if "agent_id" in body:
             agent_id = body["agent_id"]
             if not isinstance(agent_id, str):
@@ -334,11 +327,14 @@ class _App:
         return Response(status_code=202)
 
     def _unavailable(self) -> ApiError:
+        # The server sends no Retry-After on a 503 (error-codes.md); the fault adds one
+        # only when asked to.
+        retry_after = self.engine.faults.retry_after
         return ApiError(
             503,
-            "service_unavailable",
-            "The service is temporarily unavailable. Retry with the same Idempotency-Key.",
-            headers={"Retry-After": str(self.engine.faults.retry_after)},
+            "execution_unavailable",
+            "Execution is temporarily unavailable. Retry with the same Idempotency-Key.",
+            headers={} if retry_after is None else {"Retry-After": str(retry_after)},
         )
 
     async def stream_events(self, request: Request) -> Response:
@@ -407,7 +403,11 @@ class _App:
     async def list_turns(self, request: Request) -> Response:
         query = ListQuery(request, strict_limit=True)
         session = self.engine.session(request.path_params["session_id"])
-        turns = [self.engine.store.turns[turn_id] for turn_id in session.turn_ids]
+        # Root Turns page by creation time, then ID (sessions-events.md, Turns and Items).
+        turns = sorted(
+            (self.engine.store.turns[turn_id] for turn_id in session.turn_ids),
+            key=lambda turn: (turn.created_at, turn.id),
+        )
         return _json(
             query.page(turns, lambda t: t.id, lambda t: t.to_wire(), cursor_error=not_found())
         )
@@ -437,7 +437,7 @@ class _App:
         return _json(query.page(items, lambda i: i.id, lambda i: i.body, cursor_error=cursor_error))
 
     async def unknown_route(self, request: Request) -> Response:
-        raise ApiError(404, "unsupported_operation", "This API route does not exist.")
+        raise _unknown_route()
 
 
 def create_app(engine: Engine, *, api_key: str, keepalive_interval: float = 15.0) -> Starlette:
@@ -483,10 +483,8 @@ def create_app(engine: Engine, *, api_key: str, keepalive_interval: float = 15.0
 
     async def method_not_allowed(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
-        if status == 405:
-            error = _method_not_allowed("GET,HEAD,POST,DELETE")
-        else:
-            error = ApiError(status, "unsupported_operation", "This API route does not exist.")
+        allowed = status == 405
+        error = _method_not_allowed("GET,HEAD,POST,DELETE") if allowed else _unknown_route()
         response = JSONResponse(error.envelope(), status_code=error.status, headers=error.headers)
         _stamp(response, time.monotonic())
         return response
@@ -506,6 +504,17 @@ def _stamp(response: Response, started: float) -> None:
     response.headers["X-Content-Type-Options"] = "nosniff"
     if response.media_type == "application/json":
         response.headers["Cache-Control"] = "no-store"
+
+
+def _unknown_route() -> ApiError:
+    # The type follows the code, not the status: only the code not_found_error gets
+    # type not_found_error (error-codes.md, Which "code" is meant).
+    return ApiError(
+        404,
+        "unsupported_operation",
+        "This API route does not exist.",
+        type="invalid_request_error",
+    )
 
 
 def _method_not_allowed(allow: str) -> ApiError:
@@ -596,12 +605,16 @@ def _normalize_tool(tool: dict[str, Any]) -> dict[str, Any]:
     if tool.get("type") == "function":
         return {"defer_loading": False, **tool}
     if tool.get("type") == "web_search":
+        # Omitted or null settings are saved resolved (execution-tools.md, Web search).
+        location = tool.get("location")
         return {
-            "mode": "live",
-            "context_size": "medium",
-            "allowed_domains": None,
-            "location": None,
             **tool,
+            "mode": tool.get("mode") or "live",
+            "context_size": tool.get("context_size") or "medium",
+            "allowed_domains": tool.get("allowed_domains"),
+            "location": None
+            if location is None
+            else {key: location.get(key) for key in _LOCATION_FIELDS},
         }
     if tool.get("type") == "programmatic_tool_calling":
         return {"enabled": True, **tool}
@@ -636,7 +649,21 @@ def _public_session_agent(config: dict[str, Any]) -> dict[str, Any]:
     return agent
 
 
-def _check_agent(body: dict[str, Any]) -> None:
+def _inline_agent(body: dict[str, Any]) -> dict[str, Any]:
+    """The inline ``agent`` of a Session creation, after its protocol checks."""
+    inline = body.get("agent") or {}
+    if not isinstance(inline, dict):
+        raise invalid(
+            f"Invalid type for 'agent': expected an object, but got {kind_of(inline)} instead.",
+            param="agent",
+            code="invalid_request_error",
+        )
+    reject_unknown(inline, _AGENT_FIELDS, prefix="agent.")
+    _check_agent(inline, prefix="agent.")
+    return inline
+
+
+def _check_agent(body: dict[str, Any], *, prefix: str = "") -> None:
     """Protocol checks for a saved Agent: it may keep tools no Harness runs yet."""
     try:
         if "tools" in body:
@@ -644,7 +671,13 @@ def _check_agent(body: dict[str, Any]) -> None:
         if body.get("text") is not None:
             check_text(body["text"], for_session=False)
     except AdmissionError as error:
-        raise ApiError(400, error.code, error.message, param=error.field) from None
+        raise _admission_error(error, prefix) from None
+
+
+def _admission_error(error: AdmissionError, prefix: str) -> ApiError:
+    # The server's wording, not the SDK's friendlier local one (wire-semantics.md).
+    message, param = error.server_error(prefix)
+    return ApiError(400, error.code, message, param=param)
 
 
 def _admit_session(inline: dict[str, Any], saved: dict[str, Any]) -> None:
@@ -660,5 +693,4 @@ def _admit_session(inline: dict[str, Any], saved: dict[str, Any]) -> None:
     try:
         check_session_config(tools=tools or [], text=text, harness=harness)
     except AdmissionError as error:
-        param = f"agent.{error.field}" if error.field and inline else error.field
-        raise ApiError(400, error.code, error.message, param=param) from None
+        raise _admission_error(error, "agent." if inline else "") from None

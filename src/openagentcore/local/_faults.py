@@ -24,7 +24,8 @@ class Faults:
     - ``reject_input_every``: answer every n-th input POST with 503 before admitting it.
     - ``lose_input_response_every``: admit every n-th input POST, then answer 503 as if
       the response was lost.
-    - ``retry_after``: the ``Retry-After`` seconds sent with those 503 answers.
+    - ``retry_after``: the ``Retry-After`` seconds sent with those 503 answers; by
+      default none is sent, as the server sends none.
     - ``pending_call_delay``: seconds between a ``function_call`` item being sent and
       the call accepting results; results in that window get "Unknown pending tool call."
     - ``stream_buffer``: events a stream reader may fall behind before it is cut off
@@ -35,7 +36,7 @@ class Faults:
     duplicate_every: int | None = None
     reject_input_every: int | None = None
     lose_input_response_every: int | None = None
-    retry_after: int = 1
+    retry_after: int | None = None
     pending_call_delay: float = 0.0
     stream_buffer: int = DEFAULT_STREAM_BUFFER
 
@@ -51,7 +52,7 @@ class Faults:
                 raise ValueError(f"Faults.{name} must be at least 1 or None, got {value}")
         if self.stream_buffer < 1:
             raise ValueError(f"Faults.stream_buffer must be at least 1, got {self.stream_buffer}")
-        if self.pending_call_delay < 0 or self.retry_after < 0:
+        if self.pending_call_delay < 0 or (self.retry_after or 0) < 0:
             raise ValueError("Faults.pending_call_delay and Faults.retry_after cannot be negative")
 
 

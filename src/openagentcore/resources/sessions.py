@@ -27,27 +27,25 @@ _ONE = "agents/sessions/{session_id}"
 DEFAULT_ENVIRONMENT: Mapping[str, Any] = {"type": "none"}
 
 
-class SessionUpdateParams(TypedDict, total=False):
-    agent: Mapping[str, Any]
+class SessionUpdateParams(TypedDict):
+    """An update replaces only ``metadata``, which is required: null or ``{}`` clears it
+    (openapi ``v1.UpdateSessionRequest``)."""
+
     metadata: Mapping[str, str] | None
-    prompt_cache_options: Mapping[str, Any] | None
-    review: Literal["none", "auto_review"]
-    spend_control: Mapping[str, Any] | None
 
 
 class SessionCreateParams(TypedDict, total=False):
-    """Session creation fields; ``environment`` defaults to ``{"type": "none"}``."""
+    """Session creation fields of openapi ``v1.CreateSessionRequest``; ``environment``
+    defaults to ``{"type": "none"}``. The server rejects any other member."""
 
     environment: Mapping[str, Any]
     agent: Mapping[str, Any]
     agent_id: str
     input: str | Sequence[UserMessage | Mapping[str, Any]] | None
     metadata: Mapping[str, str] | None
-    prompt_cache_options: Mapping[str, Any] | None
-    review: Literal["none", "auto_review"]
-    spend_control: Mapping[str, Any] | None
-    stream_options: Mapping[str, Any]
-    vault_ids: Sequence[str] | None
+    vault_ids: Sequence[str]
+    #: OpenAgentCore's Session extension: ``model_provider`` and ``sandbox_node_id``.
+    x_agents_core: Mapping[str, Any]
 
 
 def _create(
@@ -75,11 +73,9 @@ def _recovery(options: RequestOptions, key: str) -> RequestOptions:
 
 
 def _update(session_id: str, params: SessionUpdateParams) -> RequestOptions:
-    data = body(params)
-    agent = data.get("agent")
-    if isinstance(agent, Mapping) and agent.get("tools") is not None:
-        check_session_config(tools=agent["tools"])
-    return RequestOptions("POST", path(_ONE, session_id=session_id), body=data, has_body=True)
+    return RequestOptions(
+        "POST", path(_ONE, session_id=session_id), body=body(params), has_body=True
+    )
 
 
 def _list_query(
