@@ -26,6 +26,8 @@ most 256 bytes of UTF-8; otherwise they point at the position, such as ``tools[3
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,8 +41,11 @@ __all__ = [
     "HARNESSES",
     "MAX_FUNCTION_NAME_BYTES",
     "MAX_SESSION_FUNCTIONS",
+    "check_image_url",
+    "check_message_content",
     "check_session_config",
     "check_text",
+    "check_tool_result_content",
     "check_tools",
     "survives_binary64",
 ]
@@ -879,3 +884,157 @@ def _echo(value: str) -> str | None:
 
 def _got(shown: str | None) -> str:
     return f", got '{shown}'" if shown is not None and _echo(shown) is not None else ""
+
+
+# Message and function-result content (message-content.md).
+
+#: Magic bytes of the image types a data URI may declare.
+_IMAGE_SIGNATURES: Mapping[str, bytes] = {
+    "image/png": b"\x89PNG\r\n\x1a\n",
+    "image/jpeg": b"\xff\xd8\xff",
+}
+#: The server's whitespace: Go's ``unicode.IsSpace`` together with what ECMAScript's
+#: ``String.prototype.trim`` removes (Python's ``str.isspace`` differs from both).
+_WHITESPACE = frozenset(
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_TEXT_ONLY_RESULTS = (_CLAUDE,)
+_NO_MESSAGE_IMAGES = ("mcode",)
+_NO_WHITESPACE_ONLY = (_CLAUDE, "mcode")
+
+
+def check_image_url(image_url: object, *, field: str = "image_url") -> None:
+    """Raise :class:`AdmissionError` unless ``image_url`` is an inline PNG or JPEG
+    data URI with canonical base64 whose bytes match the declared type."""
+    hint = 'use "data:image/png;base64,..." or "data:image/jpeg;base64,..."'
+    if not isinstance(image_url, str) or not image_url.startswith("data:"):
+        raise _content_error(
+            f"{field}: only inline data URIs are accepted, not remote URLs or file IDs; {hint}.",
+            field,
+        )
+    header, comma, payload = image_url[len("data:") :].partition(",")
+    media_type, _, encoding = header.partition(";")
+    if not comma or encoding != "base64" or media_type not in _IMAGE_SIGNATURES:
+        raise _content_error(
+            f"{field}: only base64 PNG and JPEG images are accepted; {hint}.", field
+        )
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except binascii.Error:
+        data = b""
+    if not data or base64.b64encode(data).decode("ascii") != payload:
+        raise _content_error(
+            f"{field}: the base64 payload is not canonical (padding, line breaks or stray "
+            "bits); encode the image bytes with standard base64.",
+            field,
+        )
+    if not data.startswith(_IMAGE_SIGNATURES[media_type]):
+        raise _content_error(
+            f"{field}: the bytes are not a {media_type.removeprefix('image/').upper()} image; "
+            "declare the type the bytes have (PNG or JPEG).",
+            field,
+        )
+
+
+def check_message_content(
+    content: Sequence[Mapping[str, Any]], *, harness: str | None = None, field: str = "content"
+) -> None:
+    """Raise :class:`AdmissionError` for message content the server or the Session's
+    Harness refuses: malformed parts, images other than inline PNG/JPEG, images on a
+    Harness without message images, and whitespace-only text where it cannot run."""
+    _check_harness(harness)
+    _check_parts(content, field)
+    has_image = any(part["type"] == "input_image" for part in content)
+    if has_image and harness in _NO_MESSAGE_IMAGES:
+        raise AdmissionError(
+            f"{field}: the {harness} Harness takes no message images; send text only.",
+            field=field,
+            code=UNSUPPORTED,
+        )
+    if (
+        harness in _NO_WHITESPACE_ONLY
+        and not has_image
+        and all(_is_blank(part["text"]) for part in content)
+    ):
+        raise AdmissionError(
+            f"{field}: the {harness} Harness cannot run a message whose text is only "
+            "whitespace; add non-whitespace text or an image.",
+            field=field,
+            code=UNSUPPORTED,
+        )
+
+
+def check_tool_result_content(
+    output: object, error: object = None, *, success: bool, harness: str | None = None
+) -> None:
+    """Raise :class:`AdmissionError` for a function result the server would refuse.
+
+    A refused result never consumes the pending call, so checking before posting
+    only saves a round trip. ``output`` is a string, ``None`` or ``input_text`` and
+    ``input_image`` parts (images inline PNG/JPEG data URIs); ``error`` a string or
+    ``None``. ``harness`` adds its rules: ``claude_sdk`` takes images only in
+    successful results, and ``mcode`` runs no application functions.
+    """
+    _check_harness(harness)
+    if harness == "mcode":
+        raise AdmissionError(
+            "the mcode Harness runs no application functions, so it takes no results.",
+            field="output",
+            code=UNSUPPORTED,
+        )
+    if isinstance(output, str):
+        _check_storable(output, "output")
+    elif isinstance(output, Sequence) and not isinstance(output, (bytes, bytearray)):
+        _check_parts(output, "output")
+        has_image = any(part["type"] == "input_image" for part in output)
+        if has_image and not success and harness in _TEXT_ONLY_RESULTS:
+            raise AdmissionError(
+                f"output: the {harness} Harness takes images only in successful results; "
+                "describe the failure in text.",
+                field="output",
+                code=UNSUPPORTED,
+            )
+    elif output is not None:
+        raise _content_error(
+            f"output: expected a string, content parts or null, got {_json_kind(output)}.",
+            "output",
+        )
+    if isinstance(error, str):
+        _check_storable(error, "error")
+    elif error is not None:
+        raise _content_error(f"error: expected a string or null, got {_json_kind(error)}.", "error")
+
+
+def _check_parts(parts: object, field: str) -> None:
+    if isinstance(parts, (str, bytes, Mapping)) or not isinstance(parts, Sequence):
+        raise _content_error(f"{field}: expected an array of content parts.", field)
+    for index, part in enumerate(parts):
+        where = f"{field}[{index}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "input_text" and set(part) == {"type", "text"} and isinstance(part["text"], str):
+            _check_storable(part["text"], f"{where}.text")
+        elif kind == "input_image" and set(part) == {"type", "image_url"}:
+            check_image_url(part["image_url"], field=f"{where}.image_url")
+        else:
+            raise _content_error(
+                f'{where}: expected {{"type": "input_text", "text": ...}} or '
+                '{"type": "input_image", "image_url": "data:..."} with no other members.',
+                where,
+            )
+
+
+def _check_storable(text: str, field: str) -> None:
+    if "\x00" in text:
+        raise _content_error(
+            f"{field}: U+0000 cannot be stored; remove NUL characters from the text.", field
+        )
+
+
+def _is_blank(text: str) -> bool:
+    return all(char in _WHITESPACE for char in text)
+
+
+def _content_error(message: str, field: str) -> AdmissionError:
+    # Core's local code for malformed content (error-codes.md, invalid_request).
+    return AdmissionError(message, field=field, code="invalid_request")

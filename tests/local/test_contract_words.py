@@ -58,9 +58,7 @@ def _create_session(api: Api, **agent: Any) -> httpx.Response:
     ],
     ids=["nan", "infinity", "minus-infinity", "lone-high-surrogate", "lone-low-surrogate-key"],
 )
-def test_non_json_numbers_and_lone_surrogates_are_parse_errors(
-    fresh_api: Api, raw: bytes
-) -> None:
+def test_non_json_numbers_and_lone_surrogates_are_parse_errors(fresh_api: Api, raw: bytes) -> None:
     """wire-semantics.md, "Request bodies" (order 4): malformed JSON, including an
     escape that forms a lone UTF-16 surrogate, is a 400 parse error with a null param,
     and nothing is written."""
@@ -325,8 +323,7 @@ def test_admission_errors_use_the_servers_words(
         ),
         (
             [{"type": "web_search", "mode": "sometimes"}],
-            "Invalid value: 'sometimes'. Supported values are: "
-            "'disabled', 'cached' and 'live'.",
+            "Invalid value: 'sometimes'. Supported values are: 'disabled', 'cached' and 'live'.",
             "agent.tools[0].mode",
         ),
     ],
@@ -417,4 +414,3 @@ def test_unknown_route_error_type_follows_its_code(api: Api) -> None:
     invalid_request_error."""
     error = _error(api.http.get("/agents/nope/deeper/still"), 404)
     assert (error["type"], error["code"]) == ("invalid_request_error", "unsupported_operation")
-

@@ -21,7 +21,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .._admission import check_session_config, check_text, check_tools
+from .._admission import (
+    check_message_content,
+    check_session_config,
+    check_text,
+    check_tool_result_content,
+    check_tools,
+)
 from .._errors import AdmissionError
 from ._engine import ApiError, Engine, Subscriber, invalid, not_found
 from ._requests import (
@@ -239,6 +245,8 @@ class _App:
             return _json(self.engine.session_wire(original), 201)
 
         agent = self._session_agent(body, inline)
+        harness = agent.pop("harness")
+        _check_content(messages, harness, where="input")
         session, subscriber = self.engine.create_session(
             agent=_public_session_agent(agent),
             environment={"type": "none"},
@@ -246,6 +254,7 @@ class _App:
             vault_ids=list(vault_ids),
             messages=messages,
             stream=stream,
+            harness=harness,
         )
         if key is not None:
             store.add_creation_key(key, fingerprint, session.id)
@@ -266,10 +275,11 @@ class _App:
                     code="invalid_request_error",
                 )
             saved = self._agent(agent_id)
-            _admit_session(inline, saved.config)
-            return {**_agent_config(saved.config, inline), "id": saved.id}
-        _admit_session(inline, {})
-        return {**_agent_config({"model": _DEFAULT_MODEL}, inline), "id": new_id("agent")}
+            harness = _admit_session(inline, saved.config)
+            return {**_agent_config(saved.config, inline), "id": saved.id, "harness": harness}
+        harness = _admit_session(inline, {})
+        config = _agent_config({"model": _DEFAULT_MODEL}, inline)
+        return {**config, "id": new_id("agent"), "harness": harness}
 
     async def list_sessions(self, request: Request) -> Response:
         query = ListQuery(request, strict_limit=False)
@@ -313,7 +323,8 @@ class _App:
         body = await json_body(request, _JSON_BODY_LIMIT)
         key = idempotency_key(request)
         events = input_events(body)
-        self.engine.session(request.path_params["session_id"])
+        session = self.engine.session(request.path_params["session_id"])
+        _check_events_content(events, session.harness)
         self.input_posts += 1
         faults = self.engine.faults
         if faults.reject_input_every and self.input_posts % faults.reject_input_every == 0:
@@ -680,17 +691,53 @@ def _admission_error(error: AdmissionError, prefix: str) -> ApiError:
     return ApiError(400, error.code, message, param=param)
 
 
-def _admit_session(inline: dict[str, Any], saved: dict[str, Any]) -> None:
-    """Session admission over the effective configuration, as sent.
+def _admit_session(inline: dict[str, Any], saved: dict[str, Any]) -> str | None:
+    """Session admission over the effective configuration, as sent; returns the Harness.
 
     Inline fields replace saved ones whole, so each value is checked as its source
     wrote it, before defaults are filled in.
     """
     tools = inline["tools"] if "tools" in inline else saved.get("tools")
     text = inline["text"] if "text" in inline else saved.get("text")
-    extension = inline.get("x_agents_core") or saved.get("x_agents_core")
-    harness = extension.get("harness") if isinstance(extension, dict) else None
+    # An inline x_agents_core without a harness keeps the saved one (wire-semantics.md).
+    harness = None
+    for extension in (inline.get("x_agents_core"), saved.get("x_agents_core")):
+        if isinstance(extension, dict) and "harness" in extension:
+            harness = extension["harness"]
+            break
     try:
         check_session_config(tools=tools or [], text=text, harness=harness)
     except AdmissionError as error:
         raise _admission_error(error, "agent." if inline else "") from None
+    return harness if isinstance(harness, str) else None
+
+
+def _check_content(messages: list[dict[str, Any]], harness: str | None, *, where: str) -> None:
+    """The Session Harness's content rules for messages (message-content.md)."""
+    try:
+        for index, message in enumerate(messages):
+            check_message_content(
+                message["content"], harness=harness, field=f"{where}[{index}].content"
+            )
+    except AdmissionError as error:
+        raise ApiError(400, error.code, error.message, param=error.field) from None
+
+
+def _check_events_content(events: list[dict[str, Any]], harness: str | None) -> None:
+    """Content a Session's Harness refuses is rejected before the batch is stored, so
+    it never consumes a pending call (execution-tools.md, Functions)."""
+    for index, event in enumerate(events):
+        where = f"events[{index}]"
+        if event["type"] == "agent.session.input.message":
+            _check_content(event["input"], harness, where=f"{where}.input")
+        elif event["type"] == "agent.session.input.tool_result":
+            try:
+                check_tool_result_content(
+                    event.get("output"),
+                    event.get("error"),
+                    success=event["success"],
+                    harness=harness,
+                )
+            except AdmissionError as error:
+                param = f"{where}.{error.field}" if error.field else None
+                raise ApiError(400, error.code, error.message, param=param) from None

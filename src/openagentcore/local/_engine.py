@@ -292,6 +292,7 @@ class Engine:
         vault_ids: list[str],
         messages: list[dict[str, Any]],
         stream: bool,
+        harness: str | None = None,
     ) -> tuple[SessionRecord, Subscriber | None]:
         """Create a Session and its first Turn in one commit.
 
@@ -308,6 +309,7 @@ class Engine:
                 agent=agent,
                 environment=environment,
                 vault_ids=vault_ids,
+                harness=harness,
             )
         )
         subscriber = self.subscribe(session.id, until_idle=True) if stream else None

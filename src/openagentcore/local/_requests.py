@@ -13,6 +13,8 @@ from typing import Any, NoReturn, TypeVar
 
 from starlette.requests import Request
 
+from .._admission import check_image_url
+from .._errors import AdmissionError
 from ._engine import ApiError, invalid
 
 __all__ = [
@@ -285,6 +287,10 @@ def _content_part(part: object, where: str) -> dict[str, Any]:
             and isinstance(part.get("image_url"), str)
             and len(part) == 2
         ):
+            try:
+                check_image_url(part["image_url"], field=f"{where}.image_url")
+            except AdmissionError as error:
+                raise invalid(error.message, param=error.field, code=error.code) from None
             return part
     raise invalid(f"'{where}' must be an input_text or input_image part.", param=where)
 

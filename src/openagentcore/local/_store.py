@@ -71,6 +71,8 @@ class SessionRecord:
     agent: dict[str, Any]
     environment: dict[str, Any]
     vault_ids: list[str]
+    #: The frozen ``x_agents_core.harness``; None is the deployment default.
+    harness: str | None = None
     deleted: bool = False
     turn_ids: list[str] = field(default_factory=list)
     #: Input ``Idempotency-Key`` -> canonical JSON of the batch it admitted.
