@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -20,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from .._admission import (
     check_message_content,
@@ -29,7 +29,7 @@ from .._admission import (
     check_tools,
 )
 from .._errors import AdmissionError
-from ._engine import ApiError, Engine, Subscriber, invalid, not_found
+from ._engine import ApiError, Engine, Published, Subscriber, invalid, not_found, sse_frame
 from ._requests import (
     ListQuery,
     canonical_json,
@@ -260,7 +260,7 @@ class _App:
             store.add_creation_key(key, fingerprint, session.id)
             store.commit()
         if subscriber is not None:
-            return self._sse(subscriber, 201)
+            return self._sse(request, subscriber, 201)
         return _json(self.engine.session_wire(session), 201)
 
     def _session_agent(self, body: dict[str, Any], inline: dict[str, Any]) -> dict[str, Any]:
@@ -351,35 +351,44 @@ class _App:
     async def stream_events(self, request: Request) -> Response:
         # Last-Event-ID is ignored on purpose: the stream is live only and never replays.
         session = self.engine.session(request.path_params["session_id"])
-        return self._sse(self.engine.subscribe(session.id), 200)
+        return self._sse(request, self.engine.subscribe(session.id), 200)
 
-    def _sse(self, subscriber: Subscriber, status: int) -> Response:
-        return StreamingResponse(
+    def _sse(self, request: Request, subscriber: Subscriber, status: int) -> Response:
+        response = _EventStreamResponse(
             self._event_stream(subscriber),
             status_code=status,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
+        response.server_send = request.scope.get(_SERVER_SEND)
+        return response
 
     async def _event_stream(self, subscriber: Subscriber) -> AsyncIterator[str]:
         sent = 0
+        loop = asyncio.get_running_loop()
+        # A keepalive goes out every interval, busy or idle (sessions-events.md).
+        next_keepalive = loop.time() + self.keepalive_interval
         try:
             yield ": connected\n\n"
             while True:
-                try:
-                    event = await subscriber.next(self.keepalive_interval)
-                except asyncio.TimeoutError:
+                wait = next_keepalive - loop.time()
+                if wait <= 0:
+                    next_keepalive = loop.time() + self.keepalive_interval
                     yield ": keepalive\n\n"
                     continue
-                # Events already queued go out in one write: a burst costs one system
+                try:
+                    published = await subscriber.next(wait)
+                except asyncio.TimeoutError:
+                    continue
+                # Events already published go out in one write: a burst costs one system
                 # call, and a client that vanished mid-burst is written to once, not once
                 # per event (asyncio logs a warning from the fifth write to a lost socket).
                 frames: list[str] = []
                 while True:
-                    sent, ends = self._frame(subscriber, event, sent, frames)
+                    sent, ends = self._frame(subscriber, published, sent, frames)
                     if ends or not subscriber.has_queued():
                         break
-                    event = await subscriber.next(self.keepalive_interval)
+                    published = await subscriber.next(self.keepalive_interval)
                 if frames:
                     yield "".join(frames)
                 if ends:
@@ -388,22 +397,22 @@ class _App:
             self.engine.unsubscribe(subscriber)
 
     def _frame(
-        self, subscriber: Subscriber, event: dict[str, Any] | None, sent: int, frames: list[str]
+        self, subscriber: Subscriber, published: Published | None, sent: int, frames: list[str]
     ) -> tuple[int, bool]:
-        """Append ``event``'s SSE frames (faults applied); returns the count of events
+        """Append an event's SSE frames (faults applied); returns the count of events
         sent so far and whether the stream ends after them."""
         faults = self.engine.faults
-        if event is None:
+        if published is None:
             if subscriber.overflowed:
-                frames.append(_sse_frame(_interrupted(subscriber.session_id)))
+                frames.append(sse_frame(_interrupted(subscriber.session_id)))
             return sent, True
-        frames.append(_sse_frame(event))
+        frames.append(published.frame)
         sent += 1
         if faults.duplicate_every and sent % faults.duplicate_every == 0:
-            frames.append(_sse_frame(event))
+            frames.append(published.frame)
         if faults.close_stream_after and sent >= faults.close_stream_after:
             return sent, True
-        ends = subscriber.until_idle and event["type"] in (
+        ends = subscriber.until_idle and published.event["type"] in (
             "agent.session.idle",
             "agent.session.failed",
         )
@@ -500,7 +509,7 @@ def create_app(engine: Engine, *, api_key: str, keepalive_interval: float = 15.0
         _stamp(response, time.monotonic())
         return response
 
-    return Starlette(
+    return _ServerSendStarlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: method_not_allowed}
     )
 
@@ -546,8 +555,56 @@ async def _single(chunk: str) -> AsyncIterator[str]:
     yield chunk
 
 
-def _sse_frame(event: dict[str, Any]) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
+class _EventStreamResponse(StreamingResponse):
+    """An event stream whose connection is closed when one write blocks for
+    :data:`STREAM_WRITE_TIMEOUT` seconds (sessions-events.md, Live event stream)."""
+
+    #: The server's own ``send``, which can drop the connection (see _abort_connection).
+    server_send: Send | None = None
+
+    async def stream_response(self, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        try:
+            async for chunk in self.body_iterator:
+                body = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+                message = {"type": "http.response.body", "body": body, "more_body": True}
+                try:
+                    await asyncio.wait_for(send(message), STREAM_WRITE_TIMEOUT)
+                except asyncio.TimeoutError:
+                    _abort_connection(self.server_send)
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if isinstance(self.body_iterator, AsyncGenerator):
+                await self.body_iterator.aclose()
+
+
+#: Seconds one blocked socket write may take before the stream is closed.
+STREAM_WRITE_TIMEOUT = 5.0
+
+
+def _abort_connection(server_send: Send | None) -> None:
+    """Drop the connection at once: a plain close would wait for the unread bytes to
+    drain, which a reader that stopped reading never lets happen. uvicorn's ``send`` is
+    a method of its request cycle, which holds the transport."""
+    transport = getattr(getattr(server_send, "__self__", None), "transport", None)
+    if not isinstance(transport, asyncio.WriteTransport):
+        raise RuntimeError("cannot reach the connection of a blocked event stream")
+    transport.abort()
+
+
+#: Scope key of the server's ``send``, before any middleware wraps it.
+_SERVER_SEND = "openagentcore.server_send"
+
+
+class _ServerSendStarlette(Starlette):
+    """Starlette that keeps the server's ``send`` in the scope for event streams."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[_SERVER_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 def _interrupted(session_id: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 __all__ = ["Faults", "parse_fault"]
 
 DEFAULT_STREAM_BUFFER = 256
+DEFAULT_STREAM_BUFFER_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Faults:
       the call accepting results; results in that window get "Unknown pending tool call."
     - ``stream_buffer``: events a stream reader may fall behind before it is cut off
       with ``stream_interrupted``; a small value simulates a slow reader.
+    - ``stream_buffer_bytes``: bytes of events a reader may fall behind (one larger
+      event is always kept); the contract's 64 MiB by default.
     """
 
     close_stream_after: int | None = None
@@ -39,6 +42,7 @@ class Faults:
     retry_after: int | None = None
     pending_call_delay: float = 0.0
     stream_buffer: int = DEFAULT_STREAM_BUFFER
+    stream_buffer_bytes: int = DEFAULT_STREAM_BUFFER_BYTES
 
     def __post_init__(self) -> None:
         for name in (
@@ -50,8 +54,9 @@ class Faults:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"Faults.{name} must be at least 1 or None, got {value}")
-        if self.stream_buffer < 1:
-            raise ValueError(f"Faults.stream_buffer must be at least 1, got {self.stream_buffer}")
+        for name in ("stream_buffer", "stream_buffer_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Faults.{name} must be at least 1, got {getattr(self, name)}")
         if self.pending_call_delay < 0 or (self.retry_after or 0) < 0:
             raise ValueError("Faults.pending_call_delay and Faults.retry_after cannot be negative")
 
