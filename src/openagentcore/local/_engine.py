@@ -230,7 +230,7 @@ class Engine:
         elif turn.status == "waiting":
             for call in self._step_calls(turn):
                 if call.result is not None and not call.applied:
-                    self._later(functools.partial(self._apply_result, call.call_id))
+                    self._await_receipt(call.call_id)
         elif any(not call.registered for call in self._step_calls(turn)):
             self._later(lambda: self._register_calls(turn.id))
         else:
@@ -419,7 +419,7 @@ class Engine:
             elif plan.call is not None and plan.call.result is None:
                 plan.call.result = plan.event
                 self.store.save(plan.call)
-                self._later(functools.partial(self._apply_result, plan.call.call_id))
+                self._await_receipt(plan.call.call_id)
         if idempotency_key is not None:
             session.input_keys[idempotency_key] = fingerprint
         session.last_active_at = now()
@@ -638,6 +638,27 @@ class Engine:
         self.store.save(turn)
         self._touch(session)
         self._emit_session(session, "agent.session.requires_action")
+        self.store.commit()
+
+    def _await_receipt(self, call_id: str) -> None:
+        """Apply an admitted result when the Harness confirms it: at once, or after the
+        ``receipt_delay`` fault. A receipt later than the deadline never comes."""
+        delay, deadline = self.faults.receipt_delay, self.faults.receipt_deadline
+        if delay >= deadline:
+            self._later(functools.partial(self._receipt_missing, call_id), deadline)
+        else:
+            self._later(functools.partial(self._apply_result, call_id), delay)
+
+    def _receipt_missing(self, call_id: str) -> None:
+        """No receipt before the deadline: the execution ends with the result's
+        application uncertain; the stored result stays readable (message-content.md)."""
+        call = self.store.calls[call_id]
+        turn = self.store.turns[call.turn_id]
+        session = self.store.sessions[turn.session_id]
+        if call.applied or turn.ended or turn.cancel_requested or session.deleted:
+            return
+        turn.error = {"code": "internal_error", "message": MSG_TURN_FAILED}
+        self._settle(turn, session, "failed")
         self.store.commit()
 
     def _apply_result(self, call_id: str) -> None:

@@ -29,6 +29,13 @@ class Faults:
       default none is sent, as the server sends none.
     - ``pending_call_delay``: seconds between a ``function_call`` item being sent and
       the call accepting results; results in that window get "Unknown pending tool call."
+    - ``receipt_delay``: seconds between a result's admission (202) and its
+      application, the Harness's receipt; in that window the call stays in
+      ``required_actions`` and no output Item exists yet (message-content.md,
+      Application receipts).
+    - ``receipt_deadline``: how long the Harness waits for a receipt (10 s, as the
+      contract says). A ``receipt_delay`` that reaches it means no receipt comes: at the
+      deadline the Turn fails with its application uncertain.
     - ``stream_buffer``: events a stream reader may fall behind before it is cut off
       with ``stream_interrupted``; a small value simulates a slow reader.
     - ``stream_buffer_bytes``: bytes of events a reader may fall behind (one larger
@@ -41,6 +48,8 @@ class Faults:
     lose_input_response_every: int | None = None
     retry_after: int | None = None
     pending_call_delay: float = 0.0
+    receipt_delay: float = 0.0
+    receipt_deadline: float = 10.0
     stream_buffer: int = DEFAULT_STREAM_BUFFER
     stream_buffer_bytes: int = DEFAULT_STREAM_BUFFER_BYTES
 
@@ -57,8 +66,12 @@ class Faults:
         for name in ("stream_buffer", "stream_buffer_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Faults.{name} must be at least 1, got {getattr(self, name)}")
-        if self.pending_call_delay < 0 or (self.retry_after or 0) < 0:
-            raise ValueError("Faults.pending_call_delay and Faults.retry_after cannot be negative")
+        for name in ("pending_call_delay", "receipt_delay", "receipt_deadline", "retry_after"):
+            if (getattr(self, name) or 0) < 0:
+                raise ValueError(f"Faults.{name} cannot be negative")
+
+
+_SECONDS = ("pending_call_delay", "receipt_delay", "receipt_deadline")
 
 
 def parse_fault(spec: str, faults: Faults) -> Faults:
@@ -70,8 +83,8 @@ def parse_fault(spec: str, faults: Faults) -> Faults:
         known = ", ".join(sorted(fields))
         raise ValueError(f"--fault expects NAME=VALUE with NAME one of: {known}; got {spec!r}")
     try:
-        value: Any = float(raw) if name == "pending_call_delay" else int(raw)
+        value: Any = float(raw) if name in _SECONDS else int(raw)
     except ValueError:
-        kind = "a number" if name == "pending_call_delay" else "an integer"
+        kind = "a number" if name in _SECONDS else "an integer"
         raise ValueError(f"--fault {name} expects {kind}, got {raw!r}") from None
     return dataclasses.replace(faults, **{name: value})
