@@ -182,14 +182,28 @@ class NotFoundError(APIStatusError):
 
 
 class ConflictError(APIStatusError):
-    """409. ``code`` tells a state conflict (``conflict_error``) from a reused
-    ``Idempotency-Key`` with different input (``idempotency_conflict``)."""
+    """409. ``code`` tells a state conflict from a reused ``Idempotency-Key`` with
+    different input (``idempotency_conflict``).
+
+    The contract's documents disagree on the code of input a Turn cannot accept:
+    ``conflict_error`` (sessions-events.md, execution-tools.md) or ``turn_conflict``
+    (error-codes.md). Both are state conflicts here.
+    """
 
     status_code = 409
 
     @property
     def is_idempotency_conflict(self) -> bool:
         return self.code == "idempotency_conflict"
+
+    @property
+    def is_state_conflict(self) -> bool:
+        """The resource's state refused the request (``conflict_error`` or
+        ``turn_conflict``): read the current state before deciding what to send."""
+        return self.code in _STATE_CONFLICT_CODES
+
+
+_STATE_CONFLICT_CODES = ("conflict_error", "turn_conflict")
 
 
 class UnprocessableEntityError(APIStatusError):
