@@ -165,6 +165,14 @@ def test_invalid_inline_agent_wins_over_an_unknown_agent_id(api: Api) -> None:
     assert error["message"] == "Missing required parameter: 'agent.tools[0].description'."
 
 
+@pytest.mark.parametrize("agent", [[], "x", 1])
+def test_an_inline_agent_must_be_an_object(api: Api, agent: object) -> None:
+    body = {"environment": {"type": "none"}, "input": "x", "agent": agent}
+    error = _error(api.http.post("/agents/sessions", json=body))
+    assert error["param"] == "agent"
+    assert error["message"].startswith("Invalid type for 'agent': expected an object")
+
+
 def test_invalid_inline_agent_wins_over_missing_input(api: Api) -> None:
     """official-semantics-alignment.md, row C4: without input and with an invalid
     inline agent, the configuration error comes first."""

@@ -719,7 +719,9 @@ def _public_session_agent(config: dict[str, Any]) -> dict[str, Any]:
 
 def _inline_agent(body: dict[str, Any]) -> dict[str, Any]:
     """The inline ``agent`` of a Session creation, after its protocol checks."""
-    inline = body.get("agent") or {}
+    inline = body.get("agent")
+    if inline is None:
+        return {}
     if not isinstance(inline, dict):
         raise invalid(
             f"Invalid type for 'agent': expected an object, but got {kind_of(inline)} instead.",
