@@ -17,6 +17,15 @@ Checks run in the server's order: every tool's shape, then ``text``'s shape, the
 repeated tools and schema roots, then execution rules. The first violation raises
 :class:`~openagentcore._errors.AdmissionError`.
 
+Content checks (:func:`check_tool_result_content`, :func:`check_message_content`)
+cover what the server refuses before storing input: malformed parts, images other than
+canonical inline PNG/JPEG data URIs, and a Harness's image and whitespace rules. A
+refused result never consumes its pending call, so these only save a round trip.
+
+Each error also carries the server's own wording where the contract gives one
+(:meth:`~openagentcore.AdmissionError.server_error`), which the local emulator answers
+with.
+
 Inputs are plain JSON-like data (a pydantic model dumped with ``model_dump()`` works).
 JSON numbers may be ``int``, ``float`` or :class:`decimal.Decimal` (for example from
 ``json.loads(text, parse_float=Decimal, parse_int=Decimal)``, which keeps the digits

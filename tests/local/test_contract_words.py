@@ -8,11 +8,12 @@ from typing import Any, get_type_hints
 
 import httpx
 import pytest
+from openai.types.beta import Agent
 
 from openagentcore.local import Faults, LocalCore
 from openagentcore.resources.sessions import SessionCreateParams, SessionUpdateParams
 
-from ._support import Api, message_event
+from ._support import Api, message_event, parse_strict
 
 PARSE_ERROR = (
     "Invalid body: failed to parse JSON value. Please check the value to ensure it is "
@@ -373,6 +374,7 @@ def test_saved_web_search_settings_are_resolved(api: Api) -> None:
     tools = [{"type": "web_search", "mode": None, "context_size": None, "location": {}}]
     response = api.http.post("/agents", json={"model": "m", "tools": tools})
     assert response.status_code == 201, response.text
+    parse_strict(Agent, response.json())
     assert response.json()["tools"] == [
         {
             "type": "web_search",
