@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import httpx_sse
+from typing_extensions import Self
 
 from ._errors import APIError, APIResponseValidationError, StreamError, _transport_error
 from .types import Session, SessionCreatedEvent, SessionEvent, parse_event
@@ -115,7 +116,7 @@ class EventStream:
         _shutdown_socket(self.response)
         self.response.close()
 
-    def __enter__(self) -> EventStream:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -162,7 +163,7 @@ class AsyncEventStream:
         self._closed = True
         await self.response.aclose()
 
-    async def __aenter__(self) -> AsyncEventStream:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
