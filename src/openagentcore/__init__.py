@@ -26,7 +26,12 @@ from ._errors import (
 )
 from ._pagination import AsyncPage, SyncPage
 from ._retry import RetryPolicy
-from ._streaming import AsyncEventStream, EventStream
+from ._streaming import (
+    AsyncCreationEventStream,
+    AsyncEventStream,
+    CreationEventStream,
+    EventStream,
+)
 from .runner import (
     AsyncFunctionRunner,
     CallContext,
@@ -63,6 +68,7 @@ __all__ = [
     "APITimeoutError",
     "AdmissionError",
     "AsyncClient",
+    "AsyncCreationEventStream",
     "AsyncEventStream",
     "AsyncFunctionRunner",
     "AsyncPage",
@@ -75,6 +81,7 @@ __all__ = [
     "Cancellation",
     "Client",
     "ConflictError",
+    "CreationEventStream",
     "EventStream",
     "FunctionRunner",
     "InDoubtCall",

@@ -17,6 +17,15 @@ Checks run in the server's order: every tool's shape, then ``text``'s shape, the
 repeated tools and schema roots, then execution rules. The first violation raises
 :class:`~openagentcore._errors.AdmissionError`.
 
+Content checks (:func:`check_tool_result_content`, :func:`check_message_content`)
+cover what the server refuses before storing input: malformed parts, images other than
+canonical inline PNG/JPEG data URIs, and a Harness's image and whitespace rules. A
+refused result never consumes its pending call, so these only save a round trip.
+
+Each error also carries the server's own wording where the contract gives one
+(:meth:`~openagentcore.AdmissionError.server_error`), which the local emulator answers
+with.
+
 Inputs are plain JSON-like data (a pydantic model dumped with ``model_dump()`` works).
 JSON numbers may be ``int``, ``float`` or :class:`decimal.Decimal` (for example from
 ``json.loads(text, parse_float=Decimal, parse_int=Decimal)``, which keeps the digits
@@ -26,6 +35,8 @@ most 256 bytes of UTF-8; otherwise they point at the position, such as ``tools[3
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,14 +44,17 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from ._errors import AdmissionError
+from ._errors import SERVER_PATH, AdmissionError
 
 __all__ = [
     "HARNESSES",
     "MAX_FUNCTION_NAME_BYTES",
     "MAX_SESSION_FUNCTIONS",
+    "check_image_url",
+    "check_message_content",
     "check_session_config",
     "check_text",
+    "check_tool_result_content",
     "check_tools",
     "survives_binary64",
 ]
@@ -54,6 +68,9 @@ _CLAUDE = "claude_sdk"
 
 MAX_SESSION_FUNCTIONS = 64
 MAX_FUNCTION_NAME_BYTES = 512
+_FUNCTION_NAME_RULE = (
+    f"Function names must be nonempty, unique and at most {MAX_FUNCTION_NAME_BYTES} bytes."
+)
 _MAX_ECHO_BYTES = 256
 
 
@@ -253,10 +270,20 @@ class _Tool:
     declaration: Mapping[str, Any]
     label: str
 
-    def fail(self, problem: str, *, member: str | None, code: str) -> NoReturn:
+    def fail(
+        self, problem: str, *, member: str | None, code: str, server_message: str | None = None
+    ) -> NoReturn:
+        """Raise with the SDK's ``problem``; ``server_message`` is the server's wording
+        where the contract gives one (its param is then null)."""
         path = f"tools[{self.index}]" + (f".{member}" if member else "")
         named = "" if self.label == f"tools[{self.index}]" else f" ({self.type} '{self.label}')"
-        raise AdmissionError(f"{path}{named}: {problem}", tool=self.label, field=path, code=code)
+        raise AdmissionError(
+            f"{path}{named}: {problem}",
+            tool=self.label,
+            field=path,
+            code=code,
+            server_message=server_message,
+        )
 
     @property
     def deferred(self) -> bool:
@@ -266,7 +293,11 @@ class _Tool:
 def _check_tool_shapes(tools: Sequence[Mapping[str, Any]], *, for_session: bool) -> list[_Tool]:
     if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
         raise AdmissionError(
-            "tools: expected an array of tool declarations.", field="tools", code=PROTOCOL_ERROR
+            "tools: expected an array of tool declarations.",
+            field="tools",
+            code=PROTOCOL_ERROR,
+            server_message=_wrong_type("an array", tools),
+            server_path="tools",
         )
     declared: list[_Tool] = []
     for index, declaration in enumerate(tools):
@@ -279,6 +310,8 @@ def _check_tool_shapes(tools: Sequence[Mapping[str, Any]], *, for_session: bool)
                 tool=label,
                 field=path,
                 code=PROTOCOL_ERROR,
+                server_message=_wrong_type("an object", declaration),
+                server_path=path,
             )
         tool_type = _check_union_type(declaration, _TOOL_TYPES, path=path, tool=label)
         _check_members(declaration, _TOOL_SHAPES[tool_type], path=path, tool=label, skip="type")
@@ -308,10 +341,13 @@ def _check_tool_conflicts(declared: Sequence[_Tool]) -> None:
         if tool.type == "function":
             name = tool.declaration["name"]
             if name in seen_names:
+                shown = _echo(name)
                 tool.fail(
                     "another function already has this name; give each function a unique name.",
                     member="name",
                     code=PROTOCOL_ERROR,
+                    server_message="duplicate function tool name"
+                    + (f": {shown}" if shown is not None else ""),
                 )
             seen_names.add(name)
             root = tool.declaration["parameters"].get("type")
@@ -321,6 +357,7 @@ def _check_tool_conflicts(declared: Sequence[_Tool]) -> None:
                     'in {"type": "object", "properties": {...}}.',
                     member="parameters.type",
                     code=PROTOCOL_ERROR,
+                    server_message=_function_schema_root_message(name, root),
                 )
         elif tool.type in ("web_search", "tool_search"):
             if tool.type in seen_singletons:
@@ -328,6 +365,7 @@ def _check_tool_conflicts(declared: Sequence[_Tool]) -> None:
                     f"only one {tool.type} tool is allowed; remove the repeated declaration.",
                     member="type",
                     code=PROTOCOL_ERROR,
+                    server_message=f"duplicate {tool.type} tool",
                 )
             seen_singletons.add(tool.type)
 
@@ -341,6 +379,7 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
             f"got {len(functions)} (deferred ones count too); drop some or split them "
             "across Agents.",
             code=UNSUPPORTED,
+            server_message=f"This service supports at most {MAX_SESSION_FUNCTIONS} function tools.",
         )
     programmatic_seen = False
     seen_labels: set[str] = set()
@@ -354,6 +393,7 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
                     "(an omitted or null mode means live search).",
                     member="mode",
                     code=UNSUPPORTED,
+                    server_message="Only disabled web_search is qualified for execution.",
                 )
         elif tool.type == "programmatic_tool_calling":
             if programmatic_seen:
@@ -361,6 +401,7 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
                     "declare programmatic_tool_calling at most once.",
                     member="type",
                     code=UNSUPPORTED,
+                    server_message="Execution requires distinct tool controls.",
                 )
             programmatic_seen = True
             if tool.declaration.get("enabled") is not False:
@@ -384,7 +425,12 @@ def _check_tool_execution(declared: Sequence[_Tool]) -> None:
 def _check_function_name(tool: _Tool) -> None:
     name: str = tool.declaration["name"]
     if not name.strip():
-        tool.fail("the name is blank; give the function a name.", member="name", code=UNSUPPORTED)
+        tool.fail(
+            "the name is blank; give the function a name.",
+            member="name",
+            code=UNSUPPORTED,
+            server_message=_FUNCTION_NAME_RULE,
+        )
     size = len(name.encode("utf-8", "surrogatepass"))
     if size > MAX_FUNCTION_NAME_BYTES:
         tool.fail(
@@ -392,6 +438,7 @@ def _check_function_name(tool: _Tool) -> None:
             f"{MAX_FUNCTION_NAME_BYTES}.",
             member="name",
             code=UNSUPPORTED,
+            server_message=_FUNCTION_NAME_RULE,
         )
 
 
@@ -429,6 +476,7 @@ def _check_mcp_execution(tool: _Tool, seen_labels: set[str]) -> None:
             "another MCP server already uses this server_label; give each server its own label.",
             member="server_label",
             code=UNSUPPORTED,
+            server_message="Execution requires distinct MCP server labels.",
         )
     seen_labels.add(label)
     transport: Mapping[str, Any] = tool.declaration["transport"]
@@ -489,7 +537,13 @@ def _server_url_problem(url: str) -> str | None:
 
 def _check_text_shape(text: Mapping[str, Any]) -> None:
     if not isinstance(text, Mapping):
-        raise AdmissionError("text: expected an object.", field="text", code=PROTOCOL_ERROR)
+        raise AdmissionError(
+            "text: expected an object.",
+            field="text",
+            code=PROTOCOL_ERROR,
+            server_message=_wrong_type("an object", text),
+            server_path="text",
+        )
     _check_members(text, _TEXT_SHAPE, path="text", tool=None)
     text_format = text.get("format")
     if text_format is None:
@@ -514,6 +568,9 @@ def _check_schema_root(text: Mapping[str, Any]) -> None:
             'output in {"type": "object", "properties": {...}}.',
             field="text.format.schema.type",
             code=PROTOCOL_ERROR,
+            # The server names the inline path even on Agent requests (wire-semantics.md).
+            server_message='agent.text.format.schema must have top-level type "object"'
+            + (f'; got "{root}"' if _echo(root) is not None else ""),
         )
 
 
@@ -694,7 +751,12 @@ def _check_mcp_for_harness(
 def _check_union_type(value: object, kind: _Kind, *, path: str, tool: str | None) -> str:
     if not isinstance(value, Mapping):
         raise AdmissionError(
-            f"{path}: expected an object.", tool=tool, field=path, code=PROTOCOL_ERROR
+            f"{path}: expected an object.",
+            tool=tool,
+            field=path,
+            code=PROTOCOL_ERROR,
+            server_message=_wrong_type("an object", value),
+            server_path=path,
         )
     if "type" not in value:
         raise AdmissionError(
@@ -702,6 +764,8 @@ def _check_union_type(value: object, kind: _Kind, *, path: str, tool: str | None
             tool=tool,
             field=f"{path}.type",
             code=PROTOCOL_ERROR,
+            server_message=f"Missing required parameter: '{SERVER_PATH}'.",
+            server_path=f"{path}.type",
         )
     _check_value(value["type"], kind, path=f"{path}.type", tool=tool)
     declared_type: str = value["type"]
@@ -730,6 +794,10 @@ def _check_members(
                 tool=tool,
                 field=member,
                 code=PROTOCOL_ERROR,
+                server_message=f"Unknown parameter: '{SERVER_PATH}'."
+                if shown
+                else "Unknown parameter.",
+                server_path=member if shown else None,
             )
     for key, item in value.items():
         if key != skip:
@@ -737,7 +805,12 @@ def _check_members(
     for key in shape.required:
         if key not in value:
             raise AdmissionError(
-                f"{path}.{key} is required.", tool=tool, field=f"{path}.{key}", code=PROTOCOL_ERROR
+                f"{path}.{key} is required.",
+                tool=tool,
+                field=f"{path}.{key}",
+                code=PROTOCOL_ERROR,
+                server_message=f"Missing required parameter: '{SERVER_PATH}'.",
+                server_path=f"{path}.{key}",
             )
 
 
@@ -746,9 +819,42 @@ def _check_value(value: object, kind: _Kind, *, path: str, tool: str | None) -> 
         return
     if kind.choices and isinstance(value, str):
         problem = f"unsupported value{_got(_echo(value))}; use one of {', '.join(kind.choices)}"
+        shown = _echo(value)
+        supported = [f"'{choice}'" for choice in kind.choices if choice != "null"]
+        listed = (
+            ", ".join(supported[:-1]) + " and " + supported[-1]
+            if len(supported) > 1
+            else supported[0]
+        )
+        server = f"Invalid value: '{shown}'." if shown is not None else "Invalid value."
+        server += f" Supported values are: {listed}."
     else:
         problem = f"expected {kind.description}, got {_json_kind(value)}"
-    raise AdmissionError(f"{path}: {problem}.", tool=tool, field=path, code=PROTOCOL_ERROR)
+        server = _wrong_type(kind.description, value)
+    raise AdmissionError(
+        f"{path}: {problem}.",
+        tool=tool,
+        field=path,
+        code=PROTOCOL_ERROR,
+        server_message=server,
+        server_path=path,
+    )
+
+
+def _wrong_type(expected: str, value: object) -> str:
+    got = _json_kind(value)
+    return f"Invalid type for '{SERVER_PATH}': expected {expected}, but got {got} instead."
+
+
+def _function_schema_root_message(name: object, root: str) -> str:
+    shown_name = _echo(name) if isinstance(name, str) else None
+    shown_root = _echo(root)
+    if shown_name is None or shown_root is None:
+        return "Invalid schema for function: schema must be a JSON Schema of 'type: \"object\"'."
+    return (
+        f"Invalid schema for function '{shown_name}': schema must be a JSON Schema of "
+        f"'type: \"object\"', got 'type: \"{shown_root}\"'."
+    )
 
 
 def _json_kind(value: object) -> str:
@@ -787,3 +893,157 @@ def _echo(value: str) -> str | None:
 
 def _got(shown: str | None) -> str:
     return f", got '{shown}'" if shown is not None and _echo(shown) is not None else ""
+
+
+# Message and function-result content (message-content.md).
+
+#: Magic bytes of the image types a data URI may declare.
+_IMAGE_SIGNATURES: Mapping[str, bytes] = {
+    "image/png": b"\x89PNG\r\n\x1a\n",
+    "image/jpeg": b"\xff\xd8\xff",
+}
+#: The server's whitespace: Go's ``unicode.IsSpace`` together with what ECMAScript's
+#: ``String.prototype.trim`` removes (Python's ``str.isspace`` differs from both).
+_WHITESPACE = frozenset(
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_TEXT_ONLY_RESULTS = (_CLAUDE,)
+_NO_MESSAGE_IMAGES = ("mcode",)
+_NO_WHITESPACE_ONLY = (_CLAUDE, "mcode")
+
+
+def check_image_url(image_url: object, *, field: str = "image_url") -> None:
+    """Raise :class:`AdmissionError` unless ``image_url`` is an inline PNG or JPEG
+    data URI with canonical base64 whose bytes match the declared type."""
+    hint = 'use "data:image/png;base64,..." or "data:image/jpeg;base64,..."'
+    if not isinstance(image_url, str) or not image_url.startswith("data:"):
+        raise _content_error(
+            f"{field}: only inline data URIs are accepted, not remote URLs or file IDs; {hint}.",
+            field,
+        )
+    header, comma, payload = image_url[len("data:") :].partition(",")
+    media_type, _, encoding = header.partition(";")
+    if not comma or encoding != "base64" or media_type not in _IMAGE_SIGNATURES:
+        raise _content_error(
+            f"{field}: only base64 PNG and JPEG images are accepted; {hint}.", field
+        )
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except binascii.Error:
+        data = b""
+    if not data or base64.b64encode(data).decode("ascii") != payload:
+        raise _content_error(
+            f"{field}: the base64 payload is not canonical (padding, line breaks or stray "
+            "bits); encode the image bytes with standard base64.",
+            field,
+        )
+    if not data.startswith(_IMAGE_SIGNATURES[media_type]):
+        raise _content_error(
+            f"{field}: the bytes are not a {media_type.removeprefix('image/').upper()} image; "
+            "declare the type the bytes have (PNG or JPEG).",
+            field,
+        )
+
+
+def check_message_content(
+    content: Sequence[Mapping[str, Any]], *, harness: str | None = None, field: str = "content"
+) -> None:
+    """Raise :class:`AdmissionError` for message content the server or the Session's
+    Harness refuses: malformed parts, images other than inline PNG/JPEG, images on a
+    Harness without message images, and whitespace-only text where it cannot run."""
+    _check_harness(harness)
+    _check_parts(content, field)
+    has_image = any(part["type"] == "input_image" for part in content)
+    if has_image and harness in _NO_MESSAGE_IMAGES:
+        raise AdmissionError(
+            f"{field}: the {harness} Harness takes no message images; send text only.",
+            field=field,
+            code=UNSUPPORTED,
+        )
+    if (
+        harness in _NO_WHITESPACE_ONLY
+        and not has_image
+        and all(_is_blank(part["text"]) for part in content)
+    ):
+        raise AdmissionError(
+            f"{field}: the {harness} Harness cannot run a message whose text is only "
+            "whitespace; add non-whitespace text or an image.",
+            field=field,
+            code=UNSUPPORTED,
+        )
+
+
+def check_tool_result_content(
+    output: object, error: object = None, *, success: bool, harness: str | None = None
+) -> None:
+    """Raise :class:`AdmissionError` for a function result the server would refuse.
+
+    A refused result never consumes the pending call, so checking before posting
+    only saves a round trip. ``output`` is a string, ``None`` or ``input_text`` and
+    ``input_image`` parts (images inline PNG/JPEG data URIs); ``error`` a string or
+    ``None``. ``harness`` adds its rules: ``claude_sdk`` takes images only in
+    successful results, and ``mcode`` runs no application functions.
+    """
+    _check_harness(harness)
+    if harness == "mcode":
+        raise AdmissionError(
+            "the mcode Harness runs no application functions, so it takes no results.",
+            field="output",
+            code=UNSUPPORTED,
+        )
+    if isinstance(output, str):
+        _check_storable(output, "output")
+    elif isinstance(output, Sequence) and not isinstance(output, (bytes, bytearray)):
+        _check_parts(output, "output")
+        has_image = any(part["type"] == "input_image" for part in output)
+        if has_image and not success and harness in _TEXT_ONLY_RESULTS:
+            raise AdmissionError(
+                f"output: the {harness} Harness takes images only in successful results; "
+                "describe the failure in text.",
+                field="output",
+                code=UNSUPPORTED,
+            )
+    elif output is not None:
+        raise _content_error(
+            f"output: expected a string, content parts or null, got {_json_kind(output)}.",
+            "output",
+        )
+    if isinstance(error, str):
+        _check_storable(error, "error")
+    elif error is not None:
+        raise _content_error(f"error: expected a string or null, got {_json_kind(error)}.", "error")
+
+
+def _check_parts(parts: object, field: str) -> None:
+    if isinstance(parts, (str, bytes, Mapping)) or not isinstance(parts, Sequence):
+        raise _content_error(f"{field}: expected an array of content parts.", field)
+    for index, part in enumerate(parts):
+        where = f"{field}[{index}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "input_text" and set(part) == {"type", "text"} and isinstance(part["text"], str):
+            _check_storable(part["text"], f"{where}.text")
+        elif kind == "input_image" and set(part) == {"type", "image_url"}:
+            check_image_url(part["image_url"], field=f"{where}.image_url")
+        else:
+            raise _content_error(
+                f'{where}: expected {{"type": "input_text", "text": ...}} or '
+                '{"type": "input_image", "image_url": "data:..."} with no other members.',
+                where,
+            )
+
+
+def _check_storable(text: str, field: str) -> None:
+    if "\x00" in text:
+        raise _content_error(
+            f"{field}: U+0000 cannot be stored; remove NUL characters from the text.", field
+        )
+
+
+def _is_blank(text: str) -> bool:
+    return all(char in _WHITESPACE for char in text)
+
+
+def _content_error(message: str, field: str) -> AdmissionError:
+    # Core's local code for malformed content (error-codes.md, invalid_request).
+    return AdmissionError(message, field=field, code="invalid_request")

@@ -52,6 +52,8 @@ class AdmissionError(OpenAgentCoreError, ValueError):
         tool: str | None = None,
         field: str | None = None,
         code: str = "invalid_request_error",
+        server_message: str | None = None,
+        server_path: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -61,6 +63,25 @@ class AdmissionError(OpenAgentCoreError, ValueError):
         #: use ``invalid_request_error``; combinations the Harness cannot run use
         #: ``unsupported_or_invalid_configuration``.
         self.code = code
+        self._server_message = server_message
+        self._server_path = server_path
+
+    def server_error(self, prefix: str = "") -> tuple[str, str | None]:
+        """The ``(message, param)`` the server answers with for the same input.
+
+        Where the contract words the error, that wording (with a null param unless it
+        names a path); otherwise this error's own message and field. ``prefix`` is put
+        before every path, e.g. ``"agent."`` for an inline Agent on Session create.
+        """
+        if self._server_message is None:
+            return self.message, (prefix + self.field if self.field else None)
+        path = None if self._server_path is None else prefix + self._server_path
+        return self._server_message.replace(SERVER_PATH, path or ""), path
+
+
+#: Where the request path goes in an :class:`AdmissionError`'s server message; it is
+#: not printable, so no echoed caller value can contain it.
+SERVER_PATH = "\x00path\x00"
 
 
 class APIError(OpenAgentCoreError):
@@ -161,14 +182,28 @@ class NotFoundError(APIStatusError):
 
 
 class ConflictError(APIStatusError):
-    """409. ``code`` tells a state conflict (``conflict_error``) from a reused
-    ``Idempotency-Key`` with different input (``idempotency_conflict``)."""
+    """409. ``code`` tells a state conflict from a reused ``Idempotency-Key`` with
+    different input (``idempotency_conflict``).
+
+    The contract's documents disagree on the code of input a Turn cannot accept:
+    ``conflict_error`` (sessions-events.md, execution-tools.md) or ``turn_conflict``
+    (error-codes.md). Both are state conflicts here.
+    """
 
     status_code = 409
 
     @property
     def is_idempotency_conflict(self) -> bool:
         return self.code == "idempotency_conflict"
+
+    @property
+    def is_state_conflict(self) -> bool:
+        """The resource's state refused the request (``conflict_error`` or
+        ``turn_conflict``): read the current state before deciding what to send."""
+        return self.code in _STATE_CONFLICT_CODES
+
+
+_STATE_CONFLICT_CODES = ("conflict_error", "turn_conflict")
 
 
 class UnprocessableEntityError(APIStatusError):

@@ -12,17 +12,18 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any
 
 import httpx
 import httpx_sse
+from typing_extensions import Self
 
-from ._errors import APIResponseValidationError, StreamError, _transport_error
-from .types import SessionEvent, parse_event
+from ._errors import APIError, APIResponseValidationError, StreamError, _transport_error
+from .types import Session, SessionCreatedEvent, SessionEvent, parse_event
 
-__all__ = ["AsyncEventStream", "EventStream"]
+__all__ = ["AsyncCreationEventStream", "AsyncEventStream", "CreationEventStream", "EventStream"]
 
 _INTERRUPTED = "stream_interrupted"
 
@@ -115,7 +116,7 @@ class EventStream:
         _shutdown_socket(self.response)
         self.response.close()
 
-    def __enter__(self) -> EventStream:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -162,7 +163,7 @@ class AsyncEventStream:
         self._closed = True
         await self.response.aclose()
 
-    async def __aenter__(self) -> AsyncEventStream:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
@@ -172,3 +173,70 @@ class AsyncEventStream:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _sent_key(response: httpx.Response) -> str | None:
+    key: str | None = response.request.headers.get("Idempotency-Key")
+    return key
+
+
+class CreationEventStream(EventStream):
+    """The event stream of a streamed Session creation.
+
+    :attr:`session` is the created Session, taken from ``agent.session.created``. When
+    the stream ends or breaks before that event arrives (a retried creation streams
+    nothing, and a dropped connection can lose it), the stream repeats the creation
+    with the same ``Idempotency-Key`` and ``stream: false``, which returns the
+    committed Session without admitting anything again (sessions-events.md). Later
+    work is not followed: observe it with ``client.sessions.events.stream``.
+    """
+
+    def __init__(self, response: httpx.Response, recover: Callable[[str], Session]) -> None:
+        super().__init__(response)
+        self.session: Session | None = None
+        self._recover = recover
+
+    def __next__(self) -> SessionEvent:
+        closed_by_caller = self._closed
+        try:
+            event = super().__next__()
+        except (StopIteration, APIError):
+            if not closed_by_caller:
+                self._recover_session()
+            raise
+        if self.session is None and isinstance(event, SessionCreatedEvent):
+            self.session = event.session
+        return event
+
+    def _recover_session(self) -> None:
+        key = _sent_key(self.response)
+        if self.session is None and key is not None:
+            self.session = self._recover(key)
+
+
+class AsyncCreationEventStream(AsyncEventStream):
+    """The async twin of :class:`CreationEventStream`."""
+
+    def __init__(
+        self, response: httpx.Response, recover: Callable[[str], Awaitable[Session]]
+    ) -> None:
+        super().__init__(response)
+        self.session: Session | None = None
+        self._recover = recover
+
+    async def __anext__(self) -> SessionEvent:
+        closed_by_caller = self._closed
+        try:
+            event = await super().__anext__()
+        except (StopAsyncIteration, APIError):
+            if not closed_by_caller:
+                await self._recover_session()
+            raise
+        if self.session is None and isinstance(event, SessionCreatedEvent):
+            self.session = event.session
+        return event
+
+    async def _recover_session(self) -> None:
+        key = _sent_key(self.response)
+        if self.session is None and key is not None:
+            self.session = await self._recover(key)

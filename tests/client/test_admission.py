@@ -34,7 +34,6 @@ CALLS: dict[str, Callable[[Any], Any]] = {
     "sessions.create stream=True": lambda c: c.sessions.create(
         agent={"model": "kimi-k3", "tools": TWICE}, stream=True
     ),
-    "sessions.update agent.tools": lambda c: c.sessions.update("se_1", agent={"tools": TWICE}),
     "agents.create tools": lambda c: c.agents.create(model="kimi-k3", tools=TWICE),
     "agents.create text": lambda c: c.agents.create(model="kimi-k3", text=NO_SCHEMA),
     "agents.update tools": lambda c: c.agents.update("ag_1", tools=TWICE),

@@ -310,7 +310,8 @@ def test_admission_errors_map_to_400(fresh_api: Api) -> None:
     )
     assert response.status_code == 400
     error = response.json()["error"]
-    assert (error["code"], error["param"]) == ("invalid_request_error", "agent.tools[1].name")
+    assert (error["code"], error["param"]) == ("invalid_request_error", None)
+    assert error["message"] == "duplicate function tool name: add"
     web = [{"type": "web_search"}]
     response = api.http.post(
         "/agents/sessions",

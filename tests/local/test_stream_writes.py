@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from openagentcore.local import Faults
-from openagentcore.local._app import _App, _sse_frame
+from openagentcore.local._app import _App
 from openagentcore.local._engine import Engine, Subscriber
+from openagentcore.local._engine import sse_frame as _sse_frame
 from openagentcore.local._model import ScriptedModel
 from openagentcore.local._store import Store
 
@@ -32,9 +33,7 @@ async def test_events_queued_together_go_out_in_one_write() -> None:
     """A burst is one system call, and a client gone mid-burst is written to once."""
     app, engine = _app(Faults())
     subscriber = engine.subscribe("sess_writes")
-    events = [_event(n) for n in range(3)]
-    for event in events:
-        subscriber.push(event)
+    events = [engine._emit("sess_writes", _event(n)) for n in range(3)]
     subscriber.close()
 
     writes = await _writes(app, subscriber)
@@ -46,9 +45,7 @@ async def test_faults_still_count_single_events_within_a_burst() -> None:
     """duplicate_every and close_stream_after apply per event, not per write."""
     app, engine = _app(Faults(duplicate_every=2, close_stream_after=3))
     subscriber = engine.subscribe("sess_writes")
-    events = [_event(n) for n in range(5)]
-    for event in events:
-        subscriber.push(event)
+    events = [engine._emit("sess_writes", _event(n)) for n in range(5)]
 
     writes = await _writes(app, subscriber)
 
@@ -59,9 +56,10 @@ async def test_faults_still_count_single_events_within_a_burst() -> None:
 async def test_a_stream_that_ends_on_idle_keeps_the_events_before_it() -> None:
     app, engine = _app(Faults())
     subscriber = engine.subscribe("sess_writes", until_idle=True)
-    events = [_event(0), _event(1, "agent.session.idle"), _event(2)]
-    for event in events:
-        subscriber.push(event)
+    events = [
+        engine._emit("sess_writes", event)
+        for event in (_event(0), _event(1, "agent.session.idle"), _event(2))
+    ]
 
     writes = await _writes(app, subscriber)
 
@@ -72,7 +70,7 @@ async def test_an_overflowed_stream_ends_with_the_interruption_error() -> None:
     app, engine = _app(Faults(stream_buffer=2))
     subscriber = engine.subscribe("sess_writes")
     for number in range(3):  # one more than the buffer holds
-        subscriber.push(_event(number))
+        engine._emit("sess_writes", _event(number))
 
     writes = await _writes(app, subscriber)
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -20,10 +19,17 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-from .._admission import check_session_config, check_text, check_tools
+from .._admission import (
+    check_message_content,
+    check_session_config,
+    check_text,
+    check_tool_result_content,
+    check_tools,
+)
 from .._errors import AdmissionError
-from ._engine import ApiError, Engine, Subscriber, invalid, not_found
+from ._engine import ApiError, Engine, Published, Subscriber, invalid, not_found, sse_frame
 from ._requests import (
     ListQuery,
     canonical_json,
@@ -64,12 +70,10 @@ _SESSION_FIELDS = (
     "metadata",
     "stream",
     "vault_ids",
-    "prompt_cache_options",
-    "review",
-    "spend_control",
-    "stream_options",
     "x_agents_core",
 )
+
+_LOCATION_FIELDS = ("city", "country", "region", "timezone")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -178,6 +182,9 @@ class _App:
     async def create_session(self, request: Request) -> Response:
         body = await json_body(request, _SESSION_CREATE_BODY_LIMIT)
         reject_unknown(body, _SESSION_FIELDS)
+        # The inline Agent is validated first, before the input requirement, the retry
+        # lookup and the saved Agent's lookup (wire-semantics.md, Configuration validation).
+        inline = _inline_agent(body)
         key = idempotency_key(request)
         environment = body.get("environment")
         if not isinstance(environment, dict):
@@ -218,7 +225,10 @@ class _App:
             )
 
         store = self.engine.store
-        fingerprint = canonical_json(body)
+        # The response mode is not part of the retry identity: the contract's recovery
+        # for a lost creation stream repeats the request with the same key and
+        # ``stream: false`` (sessions-events.md, Creation streaming).
+        fingerprint = canonical_json({k: v for k, v in body.items() if k != "stream"})
         if key is not None and key in store.creation_keys:
             previous_fingerprint, session_id = store.creation_keys[key]
             original = store.sessions.get(session_id)
@@ -234,7 +244,9 @@ class _App:
                 )
             return _json(self.engine.session_wire(original), 201)
 
-        agent = self._session_agent(body)
+        agent = self._session_agent(body, inline)
+        harness = agent.pop("harness")
+        _check_content(messages, harness, where="input")
         session, subscriber = self.engine.create_session(
             agent=_public_session_agent(agent),
             environment={"type": "none"},
@@ -242,24 +254,17 @@ class _App:
             vault_ids=list(vault_ids),
             messages=messages,
             stream=stream,
+            harness=harness,
         )
         if key is not None:
             store.add_creation_key(key, fingerprint, session.id)
             store.commit()
         if subscriber is not None:
-            return self._sse(subscriber, 201)
+            return self._sse(request, subscriber, 201)
         return _json(self.engine.session_wire(session), 201)
 
-    def _session_agent(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _session_agent(self, body: dict[str, Any], inline: dict[str, Any]) -> dict[str, Any]:
         """Resolve ``agent_id`` and the inline ``agent`` into the frozen configuration."""
-        inline = body.get("agent") or {}
-        if not isinstance(inline, dict):
-            raise invalid(
-                "Invalid type for 'agent': expected an object.",
-                param="agent",
-                code="invalid_request_error",
-            )
-        reject_unknown(inline, _AGENT_FIELDS, prefix="agent.")
         if "agent_id" in body:
             agent_id = body["agent_id"]
             if not isinstance(agent_id, str):
@@ -270,10 +275,11 @@ class _App:
                     code="invalid_request_error",
                 )
             saved = self._agent(agent_id)
-            _admit_session(inline, saved.config)
-            return {**_agent_config(saved.config, inline), "id": saved.id}
-        _admit_session(inline, {})
-        return {**_agent_config({"model": _DEFAULT_MODEL}, inline), "id": new_id("agent")}
+            harness = _admit_session(inline, saved.config)
+            return {**_agent_config(saved.config, inline), "id": saved.id, "harness": harness}
+        harness = _admit_session(inline, {})
+        config = _agent_config({"model": _DEFAULT_MODEL}, inline)
+        return {**config, "id": new_id("agent"), "harness": harness}
 
     async def list_sessions(self, request: Request) -> Response:
         query = ListQuery(request, strict_limit=False)
@@ -317,7 +323,8 @@ class _App:
         body = await json_body(request, _JSON_BODY_LIMIT)
         key = idempotency_key(request)
         events = input_events(body)
-        self.engine.session(request.path_params["session_id"])
+        session = self.engine.session(request.path_params["session_id"])
+        _check_events_content(events, session.harness)
         self.input_posts += 1
         faults = self.engine.faults
         if faults.reject_input_every and self.input_posts % faults.reject_input_every == 0:
@@ -331,45 +338,57 @@ class _App:
         return Response(status_code=202)
 
     def _unavailable(self) -> ApiError:
+        # The server sends no Retry-After on a 503 (error-codes.md); the fault adds one
+        # only when asked to.
+        retry_after = self.engine.faults.retry_after
         return ApiError(
             503,
-            "service_unavailable",
-            "The service is temporarily unavailable. Retry with the same Idempotency-Key.",
-            headers={"Retry-After": str(self.engine.faults.retry_after)},
+            "execution_unavailable",
+            "Execution is temporarily unavailable. Retry with the same Idempotency-Key.",
+            headers={} if retry_after is None else {"Retry-After": str(retry_after)},
         )
 
     async def stream_events(self, request: Request) -> Response:
         # Last-Event-ID is ignored on purpose: the stream is live only and never replays.
         session = self.engine.session(request.path_params["session_id"])
-        return self._sse(self.engine.subscribe(session.id), 200)
+        return self._sse(request, self.engine.subscribe(session.id), 200)
 
-    def _sse(self, subscriber: Subscriber, status: int) -> Response:
-        return StreamingResponse(
+    def _sse(self, request: Request, subscriber: Subscriber, status: int) -> Response:
+        response = _EventStreamResponse(
             self._event_stream(subscriber),
             status_code=status,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
+        response.server_send = request.scope.get(_SERVER_SEND)
+        return response
 
     async def _event_stream(self, subscriber: Subscriber) -> AsyncIterator[str]:
         sent = 0
+        loop = asyncio.get_running_loop()
+        # A keepalive goes out every interval, busy or idle (sessions-events.md).
+        next_keepalive = loop.time() + self.keepalive_interval
         try:
             yield ": connected\n\n"
             while True:
-                try:
-                    event = await subscriber.next(self.keepalive_interval)
-                except asyncio.TimeoutError:
+                wait = next_keepalive - loop.time()
+                if wait <= 0:
+                    next_keepalive = loop.time() + self.keepalive_interval
                     yield ": keepalive\n\n"
                     continue
-                # Events already queued go out in one write: a burst costs one system
+                try:
+                    published = await subscriber.next(wait)
+                except asyncio.TimeoutError:
+                    continue
+                # Events already published go out in one write: a burst costs one system
                 # call, and a client that vanished mid-burst is written to once, not once
                 # per event (asyncio logs a warning from the fifth write to a lost socket).
                 frames: list[str] = []
                 while True:
-                    sent, ends = self._frame(subscriber, event, sent, frames)
+                    sent, ends = self._frame(subscriber, published, sent, frames)
                     if ends or not subscriber.has_queued():
                         break
-                    event = await subscriber.next(self.keepalive_interval)
+                    published = await subscriber.next(self.keepalive_interval)
                 if frames:
                     yield "".join(frames)
                 if ends:
@@ -378,22 +397,22 @@ class _App:
             self.engine.unsubscribe(subscriber)
 
     def _frame(
-        self, subscriber: Subscriber, event: dict[str, Any] | None, sent: int, frames: list[str]
+        self, subscriber: Subscriber, published: Published | None, sent: int, frames: list[str]
     ) -> tuple[int, bool]:
-        """Append ``event``'s SSE frames (faults applied); returns the count of events
+        """Append an event's SSE frames (faults applied); returns the count of events
         sent so far and whether the stream ends after them."""
         faults = self.engine.faults
-        if event is None:
+        if published is None:
             if subscriber.overflowed:
-                frames.append(_sse_frame(_interrupted(subscriber.session_id)))
+                frames.append(sse_frame(_interrupted(subscriber.session_id)))
             return sent, True
-        frames.append(_sse_frame(event))
+        frames.append(published.frame)
         sent += 1
         if faults.duplicate_every and sent % faults.duplicate_every == 0:
-            frames.append(_sse_frame(event))
+            frames.append(published.frame)
         if faults.close_stream_after and sent >= faults.close_stream_after:
             return sent, True
-        ends = subscriber.until_idle and event["type"] in (
+        ends = subscriber.until_idle and published.event["type"] in (
             "agent.session.idle",
             "agent.session.failed",
         )
@@ -404,7 +423,11 @@ class _App:
     async def list_turns(self, request: Request) -> Response:
         query = ListQuery(request, strict_limit=True)
         session = self.engine.session(request.path_params["session_id"])
-        turns = [self.engine.store.turns[turn_id] for turn_id in session.turn_ids]
+        # Root Turns page by creation time, then ID (sessions-events.md, Turns and Items).
+        turns = sorted(
+            (self.engine.store.turns[turn_id] for turn_id in session.turn_ids),
+            key=lambda turn: (turn.created_at, turn.id),
+        )
         return _json(
             query.page(turns, lambda t: t.id, lambda t: t.to_wire(), cursor_error=not_found())
         )
@@ -434,7 +457,7 @@ class _App:
         return _json(query.page(items, lambda i: i.id, lambda i: i.body, cursor_error=cursor_error))
 
     async def unknown_route(self, request: Request) -> Response:
-        raise ApiError(404, "unsupported_operation", "This API route does not exist.")
+        raise _unknown_route()
 
 
 def create_app(engine: Engine, *, api_key: str, keepalive_interval: float = 15.0) -> Starlette:
@@ -480,15 +503,13 @@ def create_app(engine: Engine, *, api_key: str, keepalive_interval: float = 15.0
 
     async def method_not_allowed(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
-        if status == 405:
-            error = _method_not_allowed("GET,HEAD,POST,DELETE")
-        else:
-            error = ApiError(status, "unsupported_operation", "This API route does not exist.")
+        allowed = status == 405
+        error = _method_not_allowed("GET,HEAD,POST,DELETE") if allowed else _unknown_route()
         response = JSONResponse(error.envelope(), status_code=error.status, headers=error.headers)
         _stamp(response, time.monotonic())
         return response
 
-    return Starlette(
+    return _ServerSendStarlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: method_not_allowed}
     )
 
@@ -503,6 +524,17 @@ def _stamp(response: Response, started: float) -> None:
     response.headers["X-Content-Type-Options"] = "nosniff"
     if response.media_type == "application/json":
         response.headers["Cache-Control"] = "no-store"
+
+
+def _unknown_route() -> ApiError:
+    # The type follows the code, not the status: only the code not_found_error gets
+    # type not_found_error (error-codes.md, Which "code" is meant).
+    return ApiError(
+        404,
+        "unsupported_operation",
+        "This API route does not exist.",
+        type="invalid_request_error",
+    )
 
 
 def _method_not_allowed(allow: str) -> ApiError:
@@ -523,8 +555,56 @@ async def _single(chunk: str) -> AsyncIterator[str]:
     yield chunk
 
 
-def _sse_frame(event: dict[str, Any]) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
+class _EventStreamResponse(StreamingResponse):
+    """An event stream whose connection is closed when one write blocks for
+    :data:`STREAM_WRITE_TIMEOUT` seconds (sessions-events.md, Live event stream)."""
+
+    #: The server's own ``send``, which can drop the connection (see _abort_connection).
+    server_send: Send | None = None
+
+    async def stream_response(self, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        try:
+            async for chunk in self.body_iterator:
+                body = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+                message = {"type": "http.response.body", "body": body, "more_body": True}
+                try:
+                    await asyncio.wait_for(send(message), STREAM_WRITE_TIMEOUT)
+                except asyncio.TimeoutError:
+                    _abort_connection(self.server_send)
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if isinstance(self.body_iterator, AsyncGenerator):
+                await self.body_iterator.aclose()
+
+
+#: Seconds one blocked socket write may take before the stream is closed.
+STREAM_WRITE_TIMEOUT = 5.0
+
+
+def _abort_connection(server_send: Send | None) -> None:
+    """Drop the connection at once: a plain close would wait for the unread bytes to
+    drain, which a reader that stopped reading never lets happen. uvicorn's ``send`` is
+    a method of its request cycle, which holds the transport."""
+    transport = getattr(getattr(server_send, "__self__", None), "transport", None)
+    if not isinstance(transport, asyncio.WriteTransport):
+        raise RuntimeError("cannot reach the connection of a blocked event stream")
+    transport.abort()
+
+
+#: Scope key of the server's ``send``, before any middleware wraps it.
+_SERVER_SEND = "openagentcore.server_send"
+
+
+class _ServerSendStarlette(Starlette):
+    """Starlette that keeps the server's ``send`` in the scope for event streams."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[_SERVER_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 def _interrupted(session_id: str) -> dict[str, Any]:
@@ -593,12 +673,16 @@ def _normalize_tool(tool: dict[str, Any]) -> dict[str, Any]:
     if tool.get("type") == "function":
         return {"defer_loading": False, **tool}
     if tool.get("type") == "web_search":
+        # Omitted or null settings are saved resolved (execution-tools.md, Web search).
+        location = tool.get("location")
         return {
-            "mode": "live",
-            "context_size": "medium",
-            "allowed_domains": None,
-            "location": None,
             **tool,
+            "mode": tool.get("mode") or "live",
+            "context_size": tool.get("context_size") or "medium",
+            "allowed_domains": tool.get("allowed_domains"),
+            "location": None
+            if location is None
+            else {key: location.get(key) for key in _LOCATION_FIELDS},
         }
     if tool.get("type") == "programmatic_tool_calling":
         return {"enabled": True, **tool}
@@ -633,7 +717,23 @@ def _public_session_agent(config: dict[str, Any]) -> dict[str, Any]:
     return agent
 
 
-def _check_agent(body: dict[str, Any]) -> None:
+def _inline_agent(body: dict[str, Any]) -> dict[str, Any]:
+    """The inline ``agent`` of a Session creation, after its protocol checks."""
+    inline = body.get("agent")
+    if inline is None:
+        return {}
+    if not isinstance(inline, dict):
+        raise invalid(
+            f"Invalid type for 'agent': expected an object, but got {kind_of(inline)} instead.",
+            param="agent",
+            code="invalid_request_error",
+        )
+    reject_unknown(inline, _AGENT_FIELDS, prefix="agent.")
+    _check_agent(inline, prefix="agent.")
+    return inline
+
+
+def _check_agent(body: dict[str, Any], *, prefix: str = "") -> None:
     """Protocol checks for a saved Agent: it may keep tools no Harness runs yet."""
     try:
         if "tools" in body:
@@ -641,21 +741,62 @@ def _check_agent(body: dict[str, Any]) -> None:
         if body.get("text") is not None:
             check_text(body["text"], for_session=False)
     except AdmissionError as error:
-        raise ApiError(400, error.code, error.message, param=error.field) from None
+        raise _admission_error(error, prefix) from None
 
 
-def _admit_session(inline: dict[str, Any], saved: dict[str, Any]) -> None:
-    """Session admission over the effective configuration, as sent.
+def _admission_error(error: AdmissionError, prefix: str) -> ApiError:
+    # The server's wording, not the SDK's friendlier local one (wire-semantics.md).
+    message, param = error.server_error(prefix)
+    return ApiError(400, error.code, message, param=param)
+
+
+def _admit_session(inline: dict[str, Any], saved: dict[str, Any]) -> str | None:
+    """Session admission over the effective configuration, as sent; returns the Harness.
 
     Inline fields replace saved ones whole, so each value is checked as its source
     wrote it, before defaults are filled in.
     """
     tools = inline["tools"] if "tools" in inline else saved.get("tools")
     text = inline["text"] if "text" in inline else saved.get("text")
-    extension = inline.get("x_agents_core") or saved.get("x_agents_core")
-    harness = extension.get("harness") if isinstance(extension, dict) else None
+    # An inline x_agents_core without a harness keeps the saved one (wire-semantics.md).
+    harness = None
+    for extension in (inline.get("x_agents_core"), saved.get("x_agents_core")):
+        if isinstance(extension, dict) and "harness" in extension:
+            harness = extension["harness"]
+            break
     try:
         check_session_config(tools=tools or [], text=text, harness=harness)
     except AdmissionError as error:
-        param = f"agent.{error.field}" if error.field and inline else error.field
-        raise ApiError(400, error.code, error.message, param=param) from None
+        raise _admission_error(error, "agent." if inline else "") from None
+    return harness if isinstance(harness, str) else None
+
+
+def _check_content(messages: list[dict[str, Any]], harness: str | None, *, where: str) -> None:
+    """The Session Harness's content rules for messages (message-content.md)."""
+    try:
+        for index, message in enumerate(messages):
+            check_message_content(
+                message["content"], harness=harness, field=f"{where}[{index}].content"
+            )
+    except AdmissionError as error:
+        raise ApiError(400, error.code, error.message, param=error.field) from None
+
+
+def _check_events_content(events: list[dict[str, Any]], harness: str | None) -> None:
+    """Content a Session's Harness refuses is rejected before the batch is stored, so
+    it never consumes a pending call (execution-tools.md, Functions)."""
+    for index, event in enumerate(events):
+        where = f"events[{index}]"
+        if event["type"] == "agent.session.input.message":
+            _check_content(event["input"], harness, where=f"{where}.input")
+        elif event["type"] == "agent.session.input.tool_result":
+            try:
+                check_tool_result_content(
+                    event.get("output"),
+                    event.get("error"),
+                    success=event["success"],
+                    harness=harness,
+                )
+            except AdmissionError as error:
+                param = f"{where}.{error.field}" if error.field else None
+                raise ApiError(400, error.code, error.message, param=param) from None

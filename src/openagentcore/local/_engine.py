@@ -21,9 +21,12 @@ from ._faults import Faults
 from ._model import Answer, CallFunctions, Fail, FunctionOutcome, ScriptedModel, TurnContext
 from ._store import CallRecord, ItemRecord, SessionRecord, Store, TurnRecord, new_id, now
 
-__all__ = ["ApiError", "Engine", "Subscriber", "not_found"]
+__all__ = ["ApiError", "Engine", "Published", "SessionLog", "Subscriber", "not_found", "sse_frame"]
 
 MAX_BATCH_EVENTS = 64
+#: Output deltas published per loop turn: a model's text arrives over time, and a
+#: whole answer in one turn could outrun the stream buffer of a reader that keeps up.
+_DELTAS_PER_STEP = 16
 MAX_STORED_INPUT_BYTES = 512 * 1024
 MAX_IDEMPOTENCY_KEY_BYTES = 128
 
@@ -91,56 +94,100 @@ def invalid(message: str, *, param: str | None = None, code: str = "invalid_requ
     return ApiError(400, code, message, param=param)
 
 
-_CLOSE = object()
+def sse_frame(event: dict[str, Any]) -> str:
+    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
+
+
+@dataclass(frozen=True)
+class Published:
+    """One event as published: the event and its SSE frame, serialized once."""
+
+    event: dict[str, Any]
+    frame: str
+
+
+class SessionLog:
+    """The recent events of one Session that its readers may still need.
+
+    It keeps at most ``max_events`` events and ``max_bytes`` bytes of frames, plus the
+    newest event when it alone is larger (sessions-events.md, Live event stream).
+    Publishing never waits for a reader; a reader whose next event was dropped has
+    fallen behind.
+    """
+
+    def __init__(self, max_events: int, max_bytes: int) -> None:
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.first = 0  # position of the oldest kept event
+        self.end = 0  # position the next event gets
+        self.size = 0
+        self._kept: deque[Published] = deque()
+        self.readers: set[Subscriber] = set()
+
+    def append(self, published: Published) -> None:
+        self._kept.append(published)
+        self.end += 1
+        self.size += len(published.frame)
+        while len(self._kept) > self.max_events or (
+            self.size > self.max_bytes and len(self._kept) > 1
+        ):
+            self.size -= len(self._kept.popleft().frame)
+            self.first += 1
+        for reader in self.readers:
+            reader.wake()
+
+    def get(self, position: int) -> Published | None:
+        """The event at ``position``; ``None`` when it was already dropped."""
+        if position < self.first:
+            return None
+        return self._kept[position - self.first]
 
 
 class Subscriber:
-    """One live stream reader with a bounded buffer.
+    """One live stream reader: a position in its Session's log."""
 
-    Publishing never waits for the reader: when the buffer is full the reader is cut
-    off and gets a ``stream_interrupted`` error event instead of the rest.
-    """
-
-    def __init__(self, session_id: str, limit: int, *, until_idle: bool = False) -> None:
+    def __init__(self, log: SessionLog, session_id: str, *, until_idle: bool = False) -> None:
         self.session_id = session_id
-        self.limit = limit
+        self.log = log
+        self.position = log.end
         #: Creation streams end after the first idle or failed Session event.
         self.until_idle = until_idle
         self.overflowed = False
-        self._queue: deque[object] = deque()
+        self.closed = False
+        self._first: deque[Published] = deque()
         self._ready = asyncio.Event()
 
-    def push(self, event: dict[str, Any]) -> None:
-        if self.overflowed:
-            return
-        if len(self._queue) >= self.limit:
-            self.overflowed = True
-            self._queue.clear()
-        else:
-            self._queue.append(event)
-        self._ready.set()
-
     def push_first(self, event: dict[str, Any]) -> None:
-        self._queue.appendleft(event)
+        """Deliver ``event`` before everything in the log (a creation's first event)."""
+        self._first.append(Published(event, sse_frame(event)))
+        self.wake()
+
+    def wake(self) -> None:
         self._ready.set()
 
     def close(self) -> None:
-        self._queue.append(_CLOSE)
-        self._ready.set()
+        self.closed = True
+        self.wake()
 
     def has_queued(self) -> bool:
         """Whether :meth:`next` would return without waiting."""
-        return bool(self._queue) or self.overflowed
+        return bool(self._first) or self.position < self.log.end or self.closed
 
-    async def next(self, timeout: float) -> dict[str, Any] | None:
+    async def next(self, timeout: float) -> Published | None:
         """The next event; ``None`` when the stream must end; ``TimeoutError`` when idle."""
-        while not self._queue and not self.overflowed:
+        while not self.has_queued():
             self._ready.clear()
             await asyncio.wait_for(self._ready.wait(), timeout)
-        if self.overflowed:
-            return None
-        item = self._queue.popleft()
-        return item if isinstance(item, dict) else None
+        if self._first:
+            return self._first.popleft()
+        if self.position < self.log.end:
+            published = self.log.get(self.position)
+            if published is None:
+                self.overflowed = True
+                return None
+            self.position += 1
+            return published
+        return None
 
 
 @dataclass
@@ -159,7 +206,7 @@ class Engine:
         self.store = store
         self.model = model
         self.faults = faults
-        self._subscribers: dict[str, set[Subscriber]] = {}
+        self._logs: dict[str, SessionLog] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -183,7 +230,7 @@ class Engine:
         elif turn.status == "waiting":
             for call in self._step_calls(turn):
                 if call.result is not None and not call.applied:
-                    self._later(functools.partial(self._apply_result, call.call_id))
+                    self._await_receipt(call.call_id)
         elif any(not call.registered for call in self._step_calls(turn)):
             self._later(lambda: self._register_calls(turn.id))
         else:
@@ -199,23 +246,33 @@ class Engine:
     # -- subscriptions ---------------------------------------------------------------
 
     def subscribe(self, session_id: str, *, until_idle: bool = False) -> Subscriber:
-        subscriber = Subscriber(session_id, self.faults.stream_buffer, until_idle=until_idle)
-        self._subscribers.setdefault(session_id, set()).add(subscriber)
+        log = self._logs.get(session_id)
+        if log is None:
+            log = SessionLog(self.faults.stream_buffer, self.faults.stream_buffer_bytes)
+            self._logs[session_id] = log
+        subscriber = Subscriber(log, session_id, until_idle=until_idle)
+        log.readers.add(subscriber)
         return subscriber
 
     def close_streams(self) -> None:
         """End every open stream, e.g. before the server shuts down."""
-        for subscribers in self._subscribers.values():
-            for subscriber in subscribers:
+        for log in self._logs.values():
+            for subscriber in log.readers:
                 subscriber.close()
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
-        self._subscribers.get(subscriber.session_id, set()).discard(subscriber)
+        log = self._logs.get(subscriber.session_id)
+        if log is subscriber.log:
+            log.readers.discard(subscriber)
+            if not log.readers:
+                # Events are kept only for readers: the stream is live only.
+                del self._logs[subscriber.session_id]
 
     def _emit(self, session_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         event = {"event_id": new_id("event"), **payload}
-        for subscriber in list(self._subscribers.get(session_id, ())):
-            subscriber.push(event)
+        log = self._logs.get(session_id)
+        if log is not None:
+            log.append(Published(event, sse_frame(event)))
         return event
 
     # -- reads -----------------------------------------------------------------------
@@ -292,6 +349,7 @@ class Engine:
         vault_ids: list[str],
         messages: list[dict[str, Any]],
         stream: bool,
+        harness: str | None = None,
     ) -> tuple[SessionRecord, Subscriber | None]:
         """Create a Session and its first Turn in one commit.
 
@@ -308,6 +366,7 @@ class Engine:
                 agent=agent,
                 environment=environment,
                 vault_ids=vault_ids,
+                harness=harness,
             )
         )
         subscriber = self.subscribe(session.id, until_idle=True) if stream else None
@@ -333,7 +392,8 @@ class Engine:
         session.deleted = True
         self.store.save(session)
         self.store.commit()
-        for subscriber in self._subscribers.pop(session_id, set()):
+        log = self._logs.get(session_id)
+        for subscriber in log.readers if log is not None else ():
             subscriber.close()
 
     # -- input -------------------------------------------------------------------------
@@ -359,7 +419,7 @@ class Engine:
             elif plan.call is not None and plan.call.result is None:
                 plan.call.result = plan.event
                 self.store.save(plan.call)
-                self._later(functools.partial(self._apply_result, plan.call.call_id))
+                self._await_receipt(plan.call.call_id)
         if idempotency_key is not None:
             session.input_keys[idempotency_key] = fingerprint
         session.last_active_at = now()
@@ -580,6 +640,27 @@ class Engine:
         self._emit_session(session, "agent.session.requires_action")
         self.store.commit()
 
+    def _await_receipt(self, call_id: str) -> None:
+        """Apply an admitted result when the Harness confirms it: at once, or after the
+        ``receipt_delay`` fault. A receipt later than the deadline never comes."""
+        delay, deadline = self.faults.receipt_delay, self.faults.receipt_deadline
+        if delay >= deadline:
+            self._later(functools.partial(self._receipt_missing, call_id), deadline)
+        else:
+            self._later(functools.partial(self._apply_result, call_id), delay)
+
+    def _receipt_missing(self, call_id: str) -> None:
+        """No receipt before the deadline: the execution ends with the result's
+        application uncertain; the stored result stays readable (message-content.md)."""
+        call = self.store.calls[call_id]
+        turn = self.store.turns[call.turn_id]
+        session = self.store.sessions[turn.session_id]
+        if call.applied or turn.ended or turn.cancel_requested or session.deleted:
+            return
+        turn.error = {"code": "internal_error", "message": MSG_TURN_FAILED}
+        self._settle(turn, session, "failed")
+        self.store.commit()
+
     def _apply_result(self, call_id: str) -> None:
         """The harness applies an admitted result: its Item appears and the action clears."""
         call = self.store.calls[call_id]
@@ -632,16 +713,41 @@ class Engine:
             "phase": "final_answer",
             "turn_id": turn.id,
         }
-        item = self._add_item(turn, body, output_index=output_index)
+        self._add_item(turn, body, output_index=output_index)
         self._emit_item(turn, "agent.session.turn.item.added", body, output_index)
         part_fields = {"item_id": item_id, "output_index": output_index, "content_index": 0}
         self._emit_turn_event(
             turn, "agent.session.turn.content_part.added", {**part_fields, "part": _text_part("")}
         )
-        for delta in [answer.text] if answer.structured else _chunks(answer.text):
+        deltas = [answer.text] if answer.structured else list(_chunks(answer.text))
+        self._stream_answer(turn.id, item_id, answer, deltas, 0)
+
+    def _stream_answer(
+        self, turn_id: str, item_id: str, answer: Answer, deltas: Sequence[str], sent: int
+    ) -> None:
+        """Publish the answer's deltas a few per loop turn, as a model streams them, so
+        a reader that keeps reading keeps up; then complete the message and the Turn."""
+        turn = self.store.turns[turn_id]
+        session = self.store.sessions[turn.session_id]
+        if turn.ended or turn.cancel_requested or session.deleted:
+            return  # cancellation settles the message with what was sent
+        item = self.store.items[item_id]
+        output_index = item.output_index
+        part_fields = {"item_id": item_id, "output_index": output_index, "content_index": 0}
+        batch = deltas[sent : sent + _DELTAS_PER_STEP]
+        for delta in batch:
             self._emit_turn_event(
                 turn, "agent.session.turn.output_text.delta", {**part_fields, "delta": delta}
             )
+        sent += len(batch)
+        if sent < len(deltas):
+            item.body = {**item.body, "content": [_text_part("".join(deltas[:sent]))]}
+            self.store.save(item)
+            self.store.commit()
+            self._later(
+                functools.partial(self._stream_answer, turn_id, item_id, answer, deltas, sent)
+            )
+            return
         self._emit_turn_event(
             turn, "agent.session.turn.output_text.done", {**part_fields, "text": answer.text}
         )
@@ -650,11 +756,12 @@ class Engine:
             "agent.session.turn.content_part.done",
             {**part_fields, "part": _text_part(answer.text)},
         )
-        item.body = {**body, "content": [_text_part(answer.text)], "status": "completed"}
+        item.body = {**item.body, "content": [_text_part(answer.text)], "status": "completed"}
         self.store.save(item)
         self._emit_item(turn, "agent.session.turn.item.done", item.body, output_index)
         self._record_usage(turn, output_text=answer.text)
         self._end_turn(turn, session, "completed")
+        self.store.commit()
 
     def _record_usage(self, turn: TurnRecord, *, output_text: str) -> None:
         """Deterministic stand-in usage: about four characters per token."""

@@ -6,12 +6,15 @@ message-content.md); every error names the field to fix and never repeats caller
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from starlette.requests import Request
 
+from .._admission import check_image_url
+from .._errors import AdmissionError
 from ._engine import ApiError, invalid
 
 __all__ = [
@@ -55,22 +58,25 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
             "Please check the value to ensure it is valid unicode.",
             code="invalid_request_error",
         ) from None
-    if not text:
+    if not raw:
         return {}
+    duplicates: list[str] = []
     try:
-        value = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
-    except _DuplicateKey as duplicate:
+        value = json.loads(
+            text,
+            object_pairs_hook=functools.partial(_object, duplicates=duplicates),
+            parse_constant=_reject_constant,
+        )
+        _reject_lone_surrogates(value)
+    except ValueError:
+        raise invalid(_PARSE_ERROR, code="invalid_request_error") from None
+    if duplicates:
+        key, path = _first_duplicate(text)
         raise invalid(
-            f"Invalid body: duplicate JSON key '{duplicate.key}'. "
+            f"Invalid body: duplicate JSON key '{key}' at '{path}'. "
             "Duplicate JSON keys are not supported.",
             code="invalid_request_error",
-        ) from None
-    except ValueError:
-        raise invalid(
-            "Invalid body: failed to parse JSON value. "
-            "Please check the value to ensure it is valid JSON.",
-            code="invalid_request_error",
-        ) from None
+        )
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -78,22 +84,98 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
             f"Invalid type: expected an object, but got {kind_of(value)} instead.",
             code="invalid_request_error",
         )
+    _reject_unstorable_text(value)
     return value
 
 
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+_PARSE_ERROR = (
+    "Invalid body: failed to parse JSON value. Please check the value to ensure it is "
+    "valid JSON. (Common errors include trailing commas, missing closing brackets, "
+    "missing quotation marks, etc.)"
+)
+_UNSTORABLE = (
+    "Request text contains characters this service cannot store or compare, such as "
+    "U+0000 or invalid UTF-8."
+)
 
 
-def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _DuplicateKey(key)
-        result[key] = value
+def _reject_constant(name: str) -> NoReturn:
+    # NaN and Infinity are not JSON; Python's parser accepts them unless told not to.
+    raise ValueError(f"not JSON: {name}")
+
+
+def _object(pairs: list[tuple[str, Any]], *, duplicates: list[str]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        duplicates.append("")
     return result
+
+
+class _Members(list[tuple[str, Any]]):
+    """An object's members in document order, repeats kept."""
+
+
+def _first_duplicate(text: str) -> tuple[str, str]:
+    """The first repeated key in document order and its path: object keys joined with
+    ``.``, array indices left out (wire-semantics.md, Request bodies)."""
+    found = _duplicate_in("", json.loads(text, object_pairs_hook=_Members))
+    assert found is not None, "a duplicate was reported but not found"
+    return found
+
+
+def _duplicate_in(path: str, value: object) -> tuple[str, str] | None:
+    if isinstance(value, _Members):
+        seen: set[str] = set()
+        for key, item in value:
+            child = f"{path}.{key}" if path else key
+            if key in seen:
+                return key, child
+            seen.add(key)
+            found = _duplicate_in(child, item)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for item in value:
+            found = _duplicate_in(path, item)
+            if found is not None:
+                return found
+    return None
+
+
+def _strings(value: object) -> Iterator[str]:
+    """Every object key and string value in ``value``."""
+    pending: list[object] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            yield from item.keys()
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+
+
+def _reject_lone_surrogates(value: object) -> None:
+    for text in _strings(value):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a lone UTF-16 surrogate") from None
+
+
+def _reject_unstorable_text(body: dict[str, Any]) -> None:
+    """U+0000 cannot be stored (wire-semantics.md, Validation errors); metadata errors
+    name the key, everything else has a null param. Nothing is written."""
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict):
+        for key, item in metadata.items():
+            if "\x00" in key or (isinstance(item, str) and "\x00" in item):
+                shown = key.replace("\x00", "")
+                raise invalid(_UNSTORABLE, param=f"metadata.{shown}", code="invalid_request_error")
+    for text in _strings(body):
+        if "\x00" in text:
+            raise invalid(_UNSTORABLE, code="invalid_request_error")
 
 
 def kind_of(value: object) -> str:
@@ -205,6 +287,10 @@ def _content_part(part: object, where: str) -> dict[str, Any]:
             and isinstance(part.get("image_url"), str)
             and len(part) == 2
         ):
+            try:
+                check_image_url(part["image_url"], field=f"{where}.image_url")
+            except AdmissionError as error:
+                raise invalid(error.message, param=error.field, code=error.code) from None
             return part
     raise invalid(f"'{where}' must be an input_text or input_image part.", param=where)
 

@@ -30,8 +30,21 @@ __all__ = [
 ]
 
 
+_last_stamp = 0
+_stamp_lock = threading.Lock()
+
+
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    """A unique ID that sorts after every ID made before it, also across restarts.
+
+    Lists order by creation time, then ID, and timestamps have one-second precision,
+    so IDs made in the same second must sort in creation order.
+    """
+    global _last_stamp
+    with _stamp_lock:
+        _last_stamp = max(_last_stamp + 1, time.time_ns() // 1000)
+        stamp = _last_stamp
+    return f"{prefix}_{stamp:014x}{uuid.uuid4().hex[:18]}"
 
 
 def now() -> int:
@@ -58,6 +71,8 @@ class SessionRecord:
     agent: dict[str, Any]
     environment: dict[str, Any]
     vault_ids: list[str]
+    #: The frozen ``x_agents_core.harness``; None is the deployment default.
+    harness: str | None = None
     deleted: bool = False
     turn_ids: list[str] = field(default_factory=list)
     #: Input ``Idempotency-Key`` -> canonical JSON of the batch it admitted.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, overload
 
@@ -10,7 +11,7 @@ from typing_extensions import TypedDict, Unpack
 from .._admission import check_session_config
 from .._base_client import AsyncTransport, RequestOptions, SyncTransport
 from .._pagination import AsyncPageRequest, Order, SyncPage, list_params
-from .._streaming import AsyncEventStream, EventStream
+from .._streaming import AsyncCreationEventStream, CreationEventStream
 from ..types import Session, SessionDeleted, UserMessage
 from ._base import AsyncResource, SyncResource, body, path
 from .events import AsyncEvents, Events
@@ -26,27 +27,25 @@ _ONE = "agents/sessions/{session_id}"
 DEFAULT_ENVIRONMENT: Mapping[str, Any] = {"type": "none"}
 
 
-class SessionUpdateParams(TypedDict, total=False):
-    agent: Mapping[str, Any]
+class SessionUpdateParams(TypedDict):
+    """An update replaces only ``metadata``, which is required: null or ``{}`` clears it
+    (openapi ``v1.UpdateSessionRequest``)."""
+
     metadata: Mapping[str, str] | None
-    prompt_cache_options: Mapping[str, Any] | None
-    review: Literal["none", "auto_review"]
-    spend_control: Mapping[str, Any] | None
 
 
 class SessionCreateParams(TypedDict, total=False):
-    """Session creation fields; ``environment`` defaults to ``{"type": "none"}``."""
+    """Session creation fields of openapi ``v1.CreateSessionRequest``; ``environment``
+    defaults to ``{"type": "none"}``. The server rejects any other member."""
 
     environment: Mapping[str, Any]
     agent: Mapping[str, Any]
     agent_id: str
     input: str | Sequence[UserMessage | Mapping[str, Any]] | None
     metadata: Mapping[str, str] | None
-    prompt_cache_options: Mapping[str, Any] | None
-    review: Literal["none", "auto_review"]
-    spend_control: Mapping[str, Any] | None
-    stream_options: Mapping[str, Any]
-    vault_ids: Sequence[str] | None
+    vault_ids: Sequence[str]
+    #: OpenAgentCore's Session extension: ``model_provider`` and ``sandbox_node_id``.
+    x_agents_core: Mapping[str, Any]
 
 
 def _create(
@@ -65,12 +64,18 @@ def _create(
     )
 
 
+def _recovery(options: RequestOptions, key: str) -> RequestOptions:
+    """The contract's recovery for a lost creation stream: the same request and key
+    with ``stream: false``, which returns the committed Session."""
+    return dataclasses.replace(
+        options, body={**options.body, "stream": False}, stream=False, idempotency_key=key
+    )
+
+
 def _update(session_id: str, params: SessionUpdateParams) -> RequestOptions:
-    data = body(params)
-    agent = data.get("agent")
-    if isinstance(agent, Mapping) and agent.get("tools") is not None:
-        check_session_config(tools=agent["tools"])
-    return RequestOptions("POST", path(_ONE, session_id=session_id), body=data, has_body=True)
+    return RequestOptions(
+        "POST", path(_ONE, session_id=session_id), body=body(params), has_body=True
+    )
 
 
 def _list_query(
@@ -102,7 +107,7 @@ class Sessions(SyncResource):
         stream: Literal[True],
         idempotency_key: str | None = None,
         **params: Unpack[SessionCreateParams],
-    ) -> EventStream: ...
+    ) -> CreationEventStream: ...
 
     def create(
         self,
@@ -110,15 +115,19 @@ class Sessions(SyncResource):
         stream: bool = False,
         idempotency_key: str | None = None,
         **params: Unpack[SessionCreateParams],
-    ) -> Session | EventStream:
+    ) -> Session | CreationEventStream:
         """Create a Session; with ``stream=True``, follow its creation as events.
 
         A retry (automatic, or yours with the same ``idempotency_key``) returns the
-        original Session and never admits its input twice.
+        original Session and never admits its input twice; a stream that loses the
+        Session recovers it into ``stream.session``.
         """
         options = _create(params, stream=stream, idempotency_key=idempotency_key)
         if stream:
-            return EventStream(self._transport.send(options))
+            return CreationEventStream(
+                self._transport.send(options),
+                lambda key: self._call(_recovery(options, key), Session.model_validate),
+            )
         return self._call(options, Session.model_validate)
 
     def retrieve(self, session_id: str) -> Session:
@@ -167,7 +176,7 @@ class AsyncSessions(AsyncResource):
         stream: Literal[True],
         idempotency_key: str | None = None,
         **params: Unpack[SessionCreateParams],
-    ) -> AsyncEventStream: ...
+    ) -> AsyncCreationEventStream: ...
 
     async def create(
         self,
@@ -175,11 +184,14 @@ class AsyncSessions(AsyncResource):
         stream: bool = False,
         idempotency_key: str | None = None,
         **params: Unpack[SessionCreateParams],
-    ) -> Session | AsyncEventStream:
+    ) -> Session | AsyncCreationEventStream:
         """Create a Session; with ``stream=True``, follow its creation as events."""
         options = _create(params, stream=stream, idempotency_key=idempotency_key)
         if stream:
-            return AsyncEventStream(await self._transport.send(options))
+            return AsyncCreationEventStream(
+                await self._transport.send(options),
+                lambda key: self._call(_recovery(options, key), Session.model_validate),
+            )
         return await self._call(options, Session.model_validate)
 
     async def retrieve(self, session_id: str) -> Session:
