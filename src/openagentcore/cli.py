@@ -163,7 +163,24 @@ def _where(error: Exception) -> str:
 
 
 def _explain(error: Exception) -> CommandError:
-    """One line for a failure the user can fix, and its exit code."""
+    """One line for a failure the user can fix, and its exit code.
+
+    An error that wraps another (the runner's ``RunnerError`` around a 404, say) keeps
+    its own message and takes the exit code of the failure underneath.
+    """
+    from . import APIError
+    from .store import StoreError
+
+    explained = _explain_one(error)
+    cause = error.__cause__ or error.__context__
+    while cause is not None:
+        if isinstance(cause, (APIError, StoreError)):
+            return CommandError(_explain_one(cause).code, explained.message)
+        cause = cause.__cause__ or cause.__context__
+    return explained
+
+
+def _explain_one(error: BaseException) -> CommandError:
     from . import (
         APIConnectionError,
         APIStatusError,
@@ -192,7 +209,7 @@ def _explain(error: Exception) -> CommandError:
     if isinstance(error, NotFoundError):
         return CommandError(
             EXIT_NOT_FOUND,
-            f"not found at {_where(error)}: {error.message}; check the id and "
+            f"not found at {_where(error)} ({error.message.rstrip('.')}); check the id and "
             "OPENAGENTCORE_BASE_URL",
         )
     if isinstance(error, (InternalServerError, ServiceUnavailableError, RateLimitError)):

@@ -55,8 +55,17 @@ def _closed_port() -> int:
     return port
 
 
-def test_an_unknown_session(setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
-    _fails_with(["pending", "sess_nope"], EXIT_NOT_FOUND, capsys, "openagentcore pending:")
+@pytest.mark.parametrize("command", ["pending", "recover"])
+def test_an_unknown_session(command: str, setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, _, store_path = setup
+    SQLiteResultStore(store_path).close()
+    _fails_with(
+        [command, "sess_nope", "--store", str(store_path)],
+        EXIT_NOT_FOUND,
+        capsys,
+        f"openagentcore {command}:",
+        "sess_nope",
+    )
 
 
 def test_no_api_key(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
