@@ -47,9 +47,11 @@ class Client:
 
     @property
     def base_url(self) -> httpx.URL:
+        """The API root requests go to, with ``/v1`` and a trailing slash."""
         return self._transport.base_url
 
     def close(self) -> None:
+        """Close the connections this client opened (never an ``http_client`` you passed)."""
         self._transport.close()
 
     def __enter__(self) -> Client:
@@ -99,9 +101,11 @@ class AsyncClient:
 
     @property
     def base_url(self) -> httpx.URL:
+        """The API root requests go to, with ``/v1`` and a trailing slash."""
         return self._transport.base_url
 
     async def close(self) -> None:
+        """Close the connections this client opened (never an ``http_client`` you passed)."""
         await self._transport.close()
 
     async def __aenter__(self) -> AsyncClient:

@@ -162,6 +162,8 @@ class APIStatusError(APIError):
 
 
 class BadRequestError(APIStatusError):
+    """400: the request is malformed or breaks a rule; the message says which."""
+
     status_code = 400
 
 
@@ -172,6 +174,8 @@ class AuthenticationError(APIStatusError):
 
 
 class PermissionDeniedError(APIStatusError):
+    """403: the key is valid but may not do this."""
+
     status_code = 403
 
 
@@ -194,6 +198,7 @@ class ConflictError(APIStatusError):
 
     @property
     def is_idempotency_conflict(self) -> bool:
+        """Whether the key was reused with a different request body (not a state conflict)."""
         return self.code == "idempotency_conflict"
 
     @property
@@ -207,10 +212,14 @@ _STATE_CONFLICT_CODES = ("conflict_error", "turn_conflict")
 
 
 class UnprocessableEntityError(APIStatusError):
+    """422: the request is well formed but cannot be processed."""
+
     status_code = 422
 
 
 class RateLimitError(APIStatusError):
+    """429: too many requests; retried after ``Retry-After`` when safe."""
+
     status_code = 429
 
 

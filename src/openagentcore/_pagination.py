@@ -37,6 +37,7 @@ class _Page(Generic[T]):
         self.last_id: str | None = body.get("last_id")
 
     def has_next_page(self) -> bool:
+        """Whether another page follows this one."""
         return self.has_more and bool(self.last_id)
 
     def __repr__(self) -> str:
@@ -59,11 +60,13 @@ class SyncPage(_Page[T]):
         self._fetch = fetch
 
     def next_page(self) -> SyncPage[T]:
+        """Fetch the page after this one; check `has_next_page` first."""
         if not self.has_next_page() or self.last_id is None:
             raise OpenAgentCoreError("No next page; check has_next_page() first")
         return self._fetch(self.last_id)
 
     def iter_pages(self) -> Iterator[SyncPage[T]]:
+        """This page, then each following one, fetched as the loop reaches it."""
         page = self
         yield page
         while page.has_next_page():
@@ -88,11 +91,13 @@ class AsyncPage(_Page[T]):
         self._fetch = fetch
 
     async def next_page(self) -> AsyncPage[T]:
+        """Fetch the page after this one; check `has_next_page` first."""
         if not self.has_next_page() or self.last_id is None:
             raise OpenAgentCoreError("No next page; check has_next_page() first")
         return await self._fetch(self.last_id)
 
     async def iter_pages(self) -> AsyncIterator[AsyncPage[T]]:
+        """This page, then each following one, fetched as the loop reaches it."""
         page = self
         yield page
         while page.has_next_page():

@@ -160,6 +160,7 @@ class AsyncEventStream:
             raise
 
     async def close(self) -> None:
+        """Close the stream and its connection."""
         self._closed = True
         await self.response.aclose()
 

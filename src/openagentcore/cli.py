@@ -1,26 +1,105 @@
-"""The ``openagentcore`` command.
+"""The ``openagentcore`` command: a local emulator and tools to inspect and settle calls.
 
-Each subcommand registers its parser in :func:`build_parser` and sets ``handler`` to a
-function taking the parsed arguments and returning the exit code.
+Each subcommand registers its parser in `build_parser` and sets ``handler`` to a function
+taking the parsed arguments and returning the exit code. Expected failures (a missing
+key, an unknown Session, an unreachable server or store) are raised as exceptions and
+turned by `main` into one line on stderr and one of the exit codes below; ``--debug``
+shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
+import sqlite3
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from . import Client
     from .store import CallRecord, ResultStore
 
-__all__ = ["build_parser", "main"]
+__all__ = [
+    "EXIT_API_ERROR",
+    "EXIT_ATTENTION",
+    "EXIT_CONFIG",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_STORE",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
+
+EXIT_OK = 0
+#: ``recover`` found something a person must look at; ``calls show`` found no such call.
+EXIT_ATTENTION = 1
+#: The command line itself is wrong (argparse's own code).
+EXIT_USAGE = 2
+#: Configuration: no API key or base URL, or the server refused the key (401/403).
+EXIT_CONFIG = 3
+#: The server has no such Session (404).
+EXIT_NOT_FOUND = 4
+#: The server could not be reached, timed out, or kept failing (5xx) after retries.
+EXIT_UNREACHABLE = 5
+#: The result store does not exist, cannot be opened or is unreachable.
+EXIT_STORE = 6
+#: The server refused the request for another reason (another 4xx).
+EXIT_API_ERROR = 7
+#: A bug in openagentcore: the message asks for ``--debug`` and a report.
+EXIT_INTERNAL = 70
+#: Stopped with Ctrl-C.
+EXIT_INTERRUPTED = 130
+
+_EXIT_CODES_HELP = f"""\
+exit codes:
+  {EXIT_OK:<3}  success
+  {EXIT_ATTENTION:<3}  recover: a conflict, a refused result or an unreachable store needs a
+       person; calls show: no such call in the store
+  {EXIT_USAGE:<3}  bad command line
+  {EXIT_CONFIG:<3}  no API key or base URL, or the server refused the key
+  {EXIT_NOT_FOUND:<3}  the server has no such Session
+  {EXIT_UNREACHABLE:<3}  the server could not be reached (or kept failing)
+  {EXIT_STORE:<3}  the result store does not exist, cannot be opened or is unreachable
+  {EXIT_API_ERROR:<3}  the server refused the request for another reason
+  {EXIT_INTERNAL:<3}  a bug in openagentcore (run again with --debug and report it)
+  {EXIT_INTERRUPTED:<3}  interrupted
+
+Environment: OPENAGENTCORE_API_KEY and OPENAGENTCORE_BASE_URL (the API root, with /v1)
+for commands that talk to the server."""
+
+
+class CommandError(Exception):
+    """An expected failure: ``main`` prints ``message`` on one line and exits with ``code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="openagentcore", description=__doc__.splitlines()[0])
+    """The whole command line: ``dev``, ``calls list|show|prune``, ``pending``, ``recover``."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="openagentcore",
+        description=(
+            "Run a local Agents API emulator, and inspect or settle the function calls\n"
+            "a runner's result store remembers."
+        ),
+        epilog=_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"openagentcore {__version__}")
+    _debug_option(parser, default=False)
     subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_dev(subcommands)
     _add_calls(subcommands)
@@ -30,14 +109,141 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    code: int = args.handler(args, parser)
+    """Run the command line and return its exit code (the ``EXIT_*`` constants)."""
+    args = build_parser().parse_args(argv)
+    parser: argparse.ArgumentParser = args.command_parser
+    try:
+        code: int = args.handler(args, parser)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("openagentcore: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:
+        if args.debug:
+            raise
+        failure = error if isinstance(error, CommandError) else _explain(error)
+        print(f"{parser.prog}: {failure.message}", file=sys.stderr)
+        return failure.code
     return code
 
 
+def _debug_option(parser: argparse.ArgumentParser, *, default: object) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default,
+        help="show the full traceback of a failure instead of one line",
+    )
+
+
+def _new_subcommand(
+    subcommands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, **kwargs: Any
+) -> argparse.ArgumentParser:
+    command = subcommands.add_parser(
+        name,
+        epilog=_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **kwargs,
+    )
+    # Also accepted after the subcommand; SUPPRESS keeps a top-level --debug.
+    _debug_option(command, default=argparse.SUPPRESS)
+    # The innermost subcommand's parser, for its usage line in errors.
+    command.set_defaults(command_parser=command)
+    return command
+
+
+def _where(error: Exception) -> str:
+    """The server an API error was about, without credentials or the query string."""
+    request = getattr(error, "request", None)
+    if request is None:
+        return "the server"
+    url = request.url
+    return str(url.copy_with(username=None, password=None, query=None, fragment=None))
+
+
+def _explain(error: Exception) -> CommandError:
+    """One line for a failure the user can fix, and its exit code.
+
+    An error that wraps another (the runner's ``RunnerError`` around a 404, say) keeps
+    its own message and takes the exit code of the failure underneath.
+    """
+    from . import APIError
+    from .store import StoreError
+
+    explained = _explain_one(error)
+    cause = error.__cause__ or error.__context__
+    while cause is not None:
+        if isinstance(cause, (APIError, StoreError)):
+            return CommandError(_explain_one(cause).code, explained.message)
+        cause = cause.__cause__ or cause.__context__
+    return explained
+
+
+def _explain_one(error: BaseException) -> CommandError:
+    from . import (
+        APIConnectionError,
+        APIStatusError,
+        AuthenticationError,
+        InternalServerError,
+        NotFoundError,
+        OpenAgentCoreError,
+        PermissionDeniedError,
+        RateLimitError,
+        ServiceUnavailableError,
+    )
+    from .store import StoreError
+
+    if isinstance(error, APIConnectionError):
+        return CommandError(
+            EXIT_UNREACHABLE,
+            f"cannot reach {_where(error)} ({error.message.rstrip('.')}); check "
+            "OPENAGENTCORE_BASE_URL and that the server is running",
+        )
+    if isinstance(error, (AuthenticationError, PermissionDeniedError)):
+        return CommandError(
+            EXIT_CONFIG,
+            f"the server refused the API key ({error.status_code}: {error.message}); "
+            "check OPENAGENTCORE_API_KEY",
+        )
+    if isinstance(error, NotFoundError):
+        return CommandError(
+            EXIT_NOT_FOUND,
+            f"not found at {_where(error)} ({error.message.rstrip('.')}); check the id and "
+            "OPENAGENTCORE_BASE_URL",
+        )
+    if isinstance(error, (InternalServerError, ServiceUnavailableError, RateLimitError)):
+        return CommandError(
+            EXIT_UNREACHABLE,
+            f"{_where(error)} kept failing ({error.status_code}: {error.message}); try again later",
+        )
+    if isinstance(error, APIStatusError):
+        return CommandError(
+            EXIT_API_ERROR,
+            f"the server refused the request ({error.status_code}: {error.message})",
+        )
+    if isinstance(error, StoreError):
+        return CommandError(EXIT_STORE, f"result store: {error}")
+    if isinstance(error, sqlite3.DatabaseError):
+        # The SQLite store lets these through on open, e.g. for a file of another kind.
+        return CommandError(
+            EXIT_STORE, f"the --store file is not a usable SQLite result store ({error})"
+        )
+    if isinstance(error, ImportError):
+        return CommandError(EXIT_CONFIG, f"a needed package is missing: {error}")
+    if isinstance(error, OpenAgentCoreError):
+        # Raised before anything was sent: no API key or base URL.
+        return CommandError(EXIT_CONFIG, str(error))
+    return CommandError(
+        EXIT_INTERNAL,
+        f"unexpected {type(error).__name__}: {error}. This is a bug in openagentcore: run "
+        "again with --debug and report the traceback",
+    )
+
+
 def _add_dev(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dev = subcommands.add_parser(
+    dev = _new_subcommand(
+        subcommands,
         "dev",
         help="run the local emulator in the foreground",
         description=(
@@ -104,20 +310,44 @@ def _run_dev(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
-def _store_option(command: argparse.ArgumentParser, *, required: bool) -> None:
+def _store_options(command: argparse.ArgumentParser, *, required: bool) -> None:
     command.add_argument(
         "--store",
         required=required,
         metavar="PATH_OR_URL",
-        help="the result store: a SQLite file or a postgresql:// URL",
+        help="the result store: an existing SQLite file or a postgresql:// URL",
+    )
+    command.add_argument(
+        "--schema",
+        help="PostgreSQL stores only: the schema of the store's table (default: public)",
+    )
+    command.add_argument(
+        "--table",
+        help="PostgreSQL stores only: the store's table (default: openagentcore_calls)",
+    )
+
+
+def _json_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--json", action="store_true", help="print one JSON document on stdout instead of text"
     )
 
 
 def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    calls = subcommands.add_parser("calls", help="inspect the result store")
+    calls = _new_subcommand(
+        subcommands,
+        "calls",
+        help="inspect the result store",
+        description="Inspect and prune the calls a result store remembers.",
+    )
     actions = calls.add_subparsers(dest="calls_command", metavar="ACTION", required=True)
-    listing = actions.add_parser("list", help="list recorded calls, oldest first")
-    _store_option(listing, required=True)
+    listing = _new_subcommand(
+        actions,
+        "list",
+        help="list recorded calls, oldest first",
+        description="List recorded calls, oldest first.",
+    )
+    _store_options(listing, required=True)
     listing.add_argument("--session", help="only this Session's calls")
     listing.add_argument(
         "--state",
@@ -127,17 +357,27 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
         "rejected, abandoned); repeatable",
     )
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    _json_option(listing)
     listing.set_defaults(handler=_run_calls_list)
-    show = actions.add_parser("show", help="show one call's record, saved result included")
-    _store_option(show, required=True)
+    show = _new_subcommand(
+        actions,
+        "show",
+        help="show one call's record, saved result included",
+        description="Show the records of a call id (one per Session that used it).",
+    )
+    _store_options(show, required=True)
     show.add_argument("call_id")
+    _json_option(show)
     show.set_defaults(handler=_run_calls_show)
-    prune = actions.add_parser(
+    prune = _new_subcommand(
+        actions,
         "prune",
         help="delete calls that need nothing more (applied, abandoned or submitted) "
         "older than an age",
+        description="Delete calls that need nothing more (applied, abandoned or submitted) "
+        "and were last updated longer ago than AGE.",
     )
-    _store_option(prune, required=True)
+    _store_options(prune, required=True)
     prune.add_argument(
         "--older-than",
         required=True,
@@ -149,18 +389,23 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _add_pending(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    pending = subcommands.add_parser(
+    pending = _new_subcommand(
+        subcommands,
         "pending",
         help="a Session's required actions, and which have saved results",
-        description="Reads the Session with OPENAGENTCORE_API_KEY and OPENAGENTCORE_BASE_URL.",
+        description="List a Session's required actions and, given a store, which of them "
+        "have a saved result. Reads the Session with OPENAGENTCORE_API_KEY and "
+        "OPENAGENTCORE_BASE_URL.",
     )
     pending.add_argument("session_id")
-    _store_option(pending, required=False)
+    _store_options(pending, required=False)
+    _json_option(pending)
     pending.set_defaults(handler=_run_pending)
 
 
 def _add_recover(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    recover = subcommands.add_parser(
+    recover = _new_subcommand(
+        subcommands,
         "recover",
         help="resubmit a Session's saved results and list its calls in doubt",
         description=(
@@ -171,19 +416,81 @@ def _add_recover(subcommands: argparse._SubParsersAction[argparse.ArgumentParser
         ),
     )
     recover.add_argument("session_id")
-    _store_option(recover, required=True)
+    _store_options(recover, required=True)
+    _json_option(recover)
     recover.set_defaults(handler=_run_recover)
 
 
-def _open(spec: str) -> ResultStore:
-    from .store import open_store
+def _is_postgres(spec: str) -> bool:
+    return spec.lower().startswith(("postgresql://", "postgres://"))
 
-    return open_store(spec)
+
+def _open(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ResultStore:
+    """Open the existing store ``--store`` names; never create one.
+
+    A typo in a path or table name must not answer "0 calls" from a new, empty store.
+    """
+    spec: str = args.store
+    if not _is_postgres(spec):
+        if args.schema is not None or args.table is not None:
+            parser.error("--schema and --table apply to postgresql:// stores only")
+        path = Path(spec)
+        if not path.is_file():
+            problem = "not a file" if path.exists() else "the file does not exist"
+            raise CommandError(
+                EXIT_STORE,
+                f"no result store at {spec}: {problem} (this command never creates one); "
+                "check --store",
+            )
+        from .store import SQLiteResultStore
+
+        return SQLiteResultStore(spec)
+    return _open_postgres(spec, args, parser)
+
+
+def _open_postgres(
+    dsn: str, args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> ResultStore:
+    try:
+        import psycopg
+
+        from .store import PostgresResultStore
+    except ImportError:
+        raise CommandError(
+            EXIT_CONFIG,
+            "PostgreSQL stores need psycopg 3: pip install 'openagentcore[postgres]'",
+        ) from None
+    schema = args.schema or "public"
+    table = args.table or "openagentcore_calls"
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as connection:
+            row = connection.execute(
+                "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text))", (schema, table)
+            ).fetchone()
+    except psycopg.Error as error:
+        # psycopg's messages name the host and port but never the password.
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CommandError(EXIT_STORE, f"cannot connect to PostgreSQL: {reason}") from None
+    if row is None or row[0] is None:
+        raise CommandError(
+            EXIT_STORE,
+            f"no result store table {schema}.{table} in that database (this command never "
+            "creates one); check --store, --schema and --table",
+        )
+    try:
+        return PostgresResultStore(dsn, schema=schema, table=table, pool_timeout=10)
+    except ValueError as error:
+        parser.error(str(error))
 
 
 def _when(timestamp: float) -> str:
     moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _iso(timestamp: float) -> str:
+    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _record_json(record: CallRecord) -> dict[str, object]:
@@ -197,10 +504,14 @@ def _record_json(record: CallRecord) -> dict[str, object]:
         "owner": record.owner,
         "idempotency_key": record.idempotency_key,
         "arguments_hash": record.arguments_hash,
-        "created_at": _when(record.created_at),
-        "updated_at": _when(record.updated_at),
+        "created_at": _iso(record.created_at),
+        "updated_at": _iso(record.updated_at),
         "result": record.result,
     }
+
+
+def _print_json(document: object) -> None:
+    print(json.dumps(document, indent=2, ensure_ascii=False))
 
 
 def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -210,11 +521,14 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         states = [CallState(value) for value in args.state] or None
     except ValueError as error:
         parser.error(str(error))
-    store = _open(args.store)
+    store = _open(args, parser)
     try:
         records = store.find(session_id=args.session, states=states, limit=args.limit)
     finally:
         store.close()
+    if args.json:
+        _print_json([_record_json(record) for record in records])
+        return EXIT_OK
     print(f"{'UPDATED (UTC)':19}  {'STATE':9}  {'TRIES':>5}  {'FUNCTION':24}  SESSION / CALL")
     for record in records:
         print(
@@ -222,21 +536,24 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             f"{record.function_name[:24]:24}  {record.key.session_id} / {record.key.call_id}"
         )
     print(f"{len(records)} call(s)")
-    return 0
+    return EXIT_OK
 
 
 def _run_calls_show(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    store = _open(args.store)
+    store = _open(args, parser)
     try:
         matches = [r for r in store.find() if r.key.call_id == args.call_id]
     finally:
         store.close()
+    if args.json:
+        _print_json([_record_json(record) for record in matches])
+    else:
+        for record in matches:
+            _print_json(_record_json(record))
     if not matches:
         print(f"No call {args.call_id} in {args.store}", file=sys.stderr)
-        return 1
-    for record in matches:
-        print(json.dumps(_record_json(record), indent=2, ensure_ascii=False))
-    return 0
+        return EXIT_ATTENTION
+    return EXIT_OK
 
 
 def _age(text: str) -> float:
@@ -254,57 +571,115 @@ def _age(text: str) -> float:
 
 
 def _run_calls_prune(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    store = _open(args.store)
+    store = _open(args, parser)
     try:
         removed = store.prune(older_than=args.older_than)
     finally:
         store.close()
     print(f"Removed {removed} finished call(s)")
-    return 0
+    return EXIT_OK
+
+
+def _client() -> Client:
+    from . import Client
+
+    return Client()
 
 
 def _run_pending(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from . import Client
     from .store import CallKey
     from .types import FunctionCallAction
 
-    store = _open(args.store) if args.store else None
+    store = _open(args, parser) if args.store else None
+    actions: list[dict[str, object]] = []
     try:
-        with Client() as client:
+        with _client() as client:
             session = client.sessions.retrieve(args.session_id)
-        print(f"Session {session.id}: {session.status}")
         for action in session.required_actions:
             if not isinstance(action, FunctionCallAction):
-                print(f"  {action.type} (not a function call)")
+                actions.append({"type": action.type})
                 continue
-            saved = "store not given"
+            entry: dict[str, object] = {
+                "type": action.type,
+                "name": action.name,
+                "turn_id": action.turn_id,
+                "call_id": action.call_id,
+                "saved_result": None,
+                "state": None,
+            }
             if store is not None:
                 record = store.get(CallKey(session.id, action.turn_id, action.call_id))
-                if record is None:
-                    saved = "not in the store"
-                elif record.has_result():
-                    saved = f"saved result ({record.state.value})"
-                else:
-                    saved = f"no saved result ({record.state.value})"
-            where = f"turn {action.turn_id} call {action.call_id}"
-            print(f"  function_call {action.name} {where}: {saved}")
-        if not session.required_actions:
-            print("  nothing pending")
+                if record is not None:
+                    entry["saved_result"] = record.has_result()
+                    entry["state"] = record.state.value
+            actions.append(entry)
     finally:
         if store is not None:
             store.close()
-    return 0
+    if args.json:
+        _print_json(
+            {
+                "session_id": session.id,
+                "status": session.status,
+                "store": store is not None,
+                "required_actions": actions,
+            }
+        )
+        return EXIT_OK
+    print(f"Session {session.id}: {session.status}")
+    for entry in actions:
+        if "call_id" not in entry:
+            print(f"  {entry['type']} (not a function call)")
+            continue
+        if store is None:
+            saved = "store not given"
+        elif entry["state"] is None:
+            saved = "not in the store"
+        elif entry["saved_result"]:
+            saved = f"saved result ({entry['state']})"
+        else:
+            saved = f"no saved result ({entry['state']})"
+        where = f"turn {entry['turn_id']} call {entry['call_id']}"
+        print(f"  function_call {entry['name']} {where}: {saved}")
+    if not actions:
+        print("  nothing pending")
+    return EXIT_OK
+
+
+def _report_json(report: object) -> dict[str, object]:
+    """Every field of a ``ServeReport``; call keys become objects."""
+    from .store import CallKey
+
+    def plain(value: object) -> object:
+        if isinstance(value, CallKey):
+            return {
+                "session_id": value.session_id,
+                "turn_id": value.turn_id,
+                "call_id": value.call_id,
+            }
+        if isinstance(value, list):
+            return [plain(item) for item in value]
+        return value
+
+    assert dataclasses.is_dataclass(report)
+    return {field.name: plain(getattr(report, field.name)) for field in dataclasses.fields(report)}
 
 
 def _run_recover(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from . import Client, FunctionRunner
+    from . import FunctionRunner
 
-    with Client() as client:
-        runner = FunctionRunner(client, store=args.store, max_concurrency=1)
+    store = _open(args, parser)
+    with _client() as client:
+        runner = FunctionRunner(client, store=store, max_concurrency=1)
         try:
             report = runner.recover(args.session_id)
         finally:
             runner.close()
+    needs_a_person = bool(report.conflicts or report.rejected or report.store_errors)
+    code = EXIT_ATTENTION if needs_a_person else EXIT_OK
+    if args.json:
+        _print_json(_report_json(report))
+        return code
     print(f"Session {args.session_id}: {report.results_resubmitted} saved result(s) resubmitted")
     for key in report.in_doubt:
         print(f"  in doubt: call {key.call_id} (turn {key.turn_id}); run your runner to resolve it")
@@ -319,7 +694,7 @@ def _run_recover(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
             f"  the result store was unreachable {report.store_errors} time(s), so some calls "
             "may not have been looked at; run recover again once it is back"
         )
-    return 1 if report.conflicts or report.rejected or report.store_errors else 0
+    return code
 
 
 if __name__ == "__main__":

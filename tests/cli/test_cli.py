@@ -9,71 +9,10 @@ import pytest
 
 from openagentcore import Client, SQLiteResultStore
 from openagentcore.cli import main
-from openagentcore.local import LocalCore
-from openagentcore.store import (
-    CallKey,
-    CallState,
-    StoreUnavailableError,
-    arguments_hash,
-    new_owner_id,
-)
+from openagentcore.store import CallKey, CallState, StoreUnavailableError
 from openagentcore.types import FunctionCallAction
 
-TOOL = {
-    "type": "function",
-    "name": "refund",
-    "description": "Refund an order.",
-    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
-}
-
-
-def _pending_call(client: Client, session_id: str) -> FunctionCallAction:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        session = client.sessions.retrieve(session_id)
-        for action in session.required_actions:
-            if isinstance(action, FunctionCallAction):
-                return action
-        time.sleep(0.02)
-    raise AssertionError("the Session never asked for the function call")
-
-
-@pytest.fixture
-def setup(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[Client, str, FunctionCallAction, Path]:
-    core = LocalCore(keepalive_interval=0.5).start()
-    monkeypatch.setenv("OPENAGENTCORE_BASE_URL", core.base_url)
-    monkeypatch.setenv("OPENAGENTCORE_API_KEY", core.api_key)
-    client = Client()
-    session = client.sessions.create(agent={"model": "scripted", "tools": [TOOL]}, input="go")
-    action = _pending_call(client, session.id)
-    yield client, session.id, action, tmp_path / "calls.db"
-    client.close()
-    core.stop()
-
-
-def _save_result(store_path: Path, session_id: str, action: FunctionCallAction) -> CallKey:
-    key = CallKey(session_id, action.turn_id, action.call_id)
-    store = SQLiteResultStore(store_path)
-    claim = store.claim(
-        key,
-        function_name=action.name,
-        arguments_hash=arguments_hash(action.arguments),
-        owner=new_owner_id(),
-        lease_seconds=30,
-    )
-    assert claim.won
-    event = {
-        "type": "agent.session.input.tool_result",
-        "turn_id": key.turn_id,
-        "call_id": key.call_id,
-        "success": True,
-        "output": "refunded",
-    }
-    store.save_result(key, event, owner=None)
-    store.close()
-    return key
+from ._support import save_result as _save_result
 
 
 def test_pending_says_which_calls_have_saved_results(

@@ -99,6 +99,7 @@ class LocalCore:
         return f"http://{self.host}:{self._port}/v1"
 
     def start(self) -> LocalCore:
+        """Start serving in a background thread and return once the port accepts requests."""
         if self._thread is not None:
             raise RuntimeError("LocalCore is already running")
         self._store = Store(self.state)

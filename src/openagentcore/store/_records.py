@@ -89,6 +89,7 @@ class CallRecord:
     updated_at: float
 
     def has_result(self) -> bool:
+        """Whether a result was saved, so it can be (re)submitted without running again."""
         return self.result is not None
 
 

@@ -125,6 +125,7 @@ class SQLiteResultStore(SQLResultStore):
 
     @property
     def path(self) -> str:
+        """The database file."""
         return self._path
 
     def close(self) -> None:

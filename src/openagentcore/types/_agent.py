@@ -102,6 +102,8 @@ class SessionAgent(_AgentConfig):
 
 
 class AgentDeleted(WireModel):
+    """The answer to deleting an Agent."""
+
     object: Literal["agent.deleted"] = "agent.deleted"
     _always_sent: ClassVar[frozenset[str]] = frozenset({"object"})
     id: str

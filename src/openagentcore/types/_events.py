@@ -100,6 +100,8 @@ class SessionCreatedEvent(SessionSnapshotEvent):
 
 
 class SessionInProgressEvent(SessionSnapshotEvent):
+    """The Session started working on a Turn."""
+
     type: Literal["agent.session.in_progress"] = "agent.session.in_progress"
 
 
@@ -110,10 +112,14 @@ class SessionRequiresActionEvent(SessionSnapshotEvent):
 
 
 class SessionIdleEvent(SessionSnapshotEvent):
+    """The Session finished its work and waits for input."""
+
     type: Literal["agent.session.idle"] = "agent.session.idle"
 
 
 class SessionFailedEvent(SessionSnapshotEvent):
+    """The Session failed; ``session.error`` says why."""
+
     type: Literal["agent.session.failed"] = "agent.session.failed"
 
 
@@ -129,10 +135,14 @@ class TurnEvent(_Event):
 
 
 class TurnCreatedEvent(TurnEvent):
+    """A Turn was created from new input."""
+
     type: Literal["agent.session.turn.created"] = "agent.session.turn.created"
 
 
 class TurnInProgressEvent(TurnEvent):
+    """A Turn started running."""
+
     type: Literal["agent.session.turn.in_progress"] = "agent.session.turn.in_progress"
 
 
@@ -147,14 +157,20 @@ class TerminalTurnEvent(TurnEvent):
 
 
 class TurnCompletedEvent(TerminalTurnEvent):
+    """A Turn ended normally."""
+
     type: Literal["agent.session.turn.completed"] = "agent.session.turn.completed"
 
 
 class TurnFailedEvent(TerminalTurnEvent):
+    """A Turn ended with an error."""
+
     type: Literal["agent.session.turn.failed"] = "agent.session.turn.failed"
 
 
 class TurnCancelledEvent(TerminalTurnEvent):
+    """A Turn was cancelled before it ended."""
+
     type: Literal["agent.session.turn.cancelled"] = "agent.session.turn.cancelled"
 
 
@@ -189,18 +205,24 @@ class _OutputEvent(_Event):
 
 
 class ContentPartAddedEvent(_OutputEvent):
+    """A new content part of an output message started."""
+
     type: Literal["agent.session.turn.content_part.added"] = "agent.session.turn.content_part.added"
     content_index: int
     part: OutputText
 
 
 class ContentPartDoneEvent(_OutputEvent):
+    """A content part of an output message is complete."""
+
     type: Literal["agent.session.turn.content_part.done"] = "agent.session.turn.content_part.done"
     content_index: int
     part: OutputText
 
 
 class OutputTextDeltaEvent(_OutputEvent):
+    """A piece of output text; append ``delta`` to the part's text."""
+
     type: Literal["agent.session.turn.output_text.delta"] = "agent.session.turn.output_text.delta"
     content_index: int
     delta: str
@@ -215,6 +237,8 @@ class OutputTextDoneEvent(_OutputEvent):
 
 
 class ReasoningSummaryPartAddedEvent(_OutputEvent):
+    """A new part of a reasoning summary started."""
+
     type: Literal["agent.session.turn.reasoning_summary_part.added"] = (
         "agent.session.turn.reasoning_summary_part.added"
     )
@@ -223,6 +247,8 @@ class ReasoningSummaryPartAddedEvent(_OutputEvent):
 
 
 class ReasoningSummaryPartDoneEvent(_OutputEvent):
+    """A part of a reasoning summary is complete."""
+
     type: Literal["agent.session.turn.reasoning_summary_part.done"] = (
         "agent.session.turn.reasoning_summary_part.done"
     )
@@ -232,6 +258,8 @@ class ReasoningSummaryPartDoneEvent(_OutputEvent):
 
 
 class ReasoningSummaryTextDeltaEvent(_OutputEvent):
+    """A piece of reasoning summary text."""
+
     type: Literal["agent.session.turn.reasoning_summary_text.delta"] = (
         "agent.session.turn.reasoning_summary_text.delta"
     )
@@ -240,6 +268,8 @@ class ReasoningSummaryTextDeltaEvent(_OutputEvent):
 
 
 class ReasoningSummaryTextDoneEvent(_OutputEvent):
+    """The complete text of a reasoning summary part."""
+
     type: Literal["agent.session.turn.reasoning_summary_text.done"] = (
         "agent.session.turn.reasoning_summary_text.done"
     )
@@ -260,6 +290,8 @@ class CommandExecutionOutputDeltaEvent(_OutputEvent):
 
 
 class EnvironmentState(WireModel):
+    """A snapshot of a Session's Environment, as environment events carry it."""
+
     id: str
     type: str
     status: (
@@ -278,28 +310,40 @@ class EnvironmentEvent(_Event):
 
 
 class EnvironmentPendingEvent(EnvironmentEvent):
+    """The Environment is being prepared."""
+
     type: Literal["agent.session.environment.pending"] = "agent.session.environment.pending"
 
 
 class EnvironmentReadyEvent(EnvironmentEvent):
+    """The Environment is ready to use."""
+
     type: Literal["agent.session.environment.ready"] = "agent.session.environment.ready"
 
 
 class EnvironmentConnectedEvent(EnvironmentEvent):
+    """The Environment is connected to the Session."""
+
     type: Literal["agent.session.environment.connected"] = "agent.session.environment.connected"
 
 
 class EnvironmentDisconnectedEvent(EnvironmentEvent):
+    """The Environment lost its connection to the Session."""
+
     type: Literal["agent.session.environment.disconnected"] = (
         "agent.session.environment.disconnected"
     )
 
 
 class EnvironmentSuspendedEvent(EnvironmentEvent):
+    """The Environment was suspended."""
+
     type: Literal["agent.session.environment.suspended"] = "agent.session.environment.suspended"
 
 
 class EnvironmentExpiredEvent(EnvironmentEvent):
+    """The Environment expired and can no longer be used."""
+
     type: Literal["agent.session.environment.expired"] = "agent.session.environment.expired"
 
 
@@ -310,6 +354,8 @@ class EnvironmentFailedEvent(EnvironmentEvent):
 
 
 class EnvironmentResetEvent(_Event):
+    """The Environment was reset; ``reset_count`` counts the resets."""
+
     type: Literal["agent.session.environment.reset"] = "agent.session.environment.reset"
     session_id: str
     turn_id: str | None = None
@@ -342,14 +388,20 @@ class SubagentEvent(_Event):
 
 
 class SubagentCreatedEvent(SubagentEvent):
+    """A Subagent was created."""
+
     type: Literal["agent.session.subagent.created"] = "agent.session.subagent.created"
 
 
 class SubagentActiveEvent(SubagentEvent):
+    """A Subagent is working."""
+
     type: Literal["agent.session.subagent.active"] = "agent.session.subagent.active"
 
 
 class SubagentClosedEvent(SubagentEvent):
+    """A Subagent was closed."""
+
     type: Literal["agent.session.subagent.closed"] = "agent.session.subagent.closed"
 
 

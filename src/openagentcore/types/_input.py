@@ -38,6 +38,7 @@ class UserMessage(WireModel):
 
     @classmethod
     def from_text(cls, text: str) -> UserMessage:
+        """A user message holding ``text`` as its only part."""
         return cls(role="user", content=[InputText(text=text)])
 
 

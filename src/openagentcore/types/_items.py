@@ -142,6 +142,8 @@ class WebSearchAction(WireModel):
 
 
 class WebSearchCallItem(_Item):
+    """A web search the model ran."""
+
     type: Literal["web_search_call"] = "web_search_call"
     action: WebSearchAction | None = None
     status: ItemStatus | str
@@ -163,6 +165,8 @@ class CommandExecutionItem(_Item):
 
 
 class CreateSubagentCallItem(_Item):
+    """The model started a Subagent."""
+
     type: Literal["create_subagent_call"] = "create_subagent_call"
     agent_id: str
     content: list[Content]
@@ -178,23 +182,33 @@ class _SubagentCallItem(_Item):
 
 
 class SendSubagentInputCallItem(_SubagentCallItem):
+    """The model sent input to a Subagent."""
+
     type: Literal["send_subagent_input_call"] = "send_subagent_input_call"
     content: list[Content]
 
 
 class ResumeSubagentCallItem(_SubagentCallItem):
+    """The model resumed a Subagent."""
+
     type: Literal["resume_subagent_call"] = "resume_subagent_call"
 
 
 class InterruptSubagentCallItem(_SubagentCallItem):
+    """The model interrupted a Subagent."""
+
     type: Literal["interrupt_subagent_call"] = "interrupt_subagent_call"
 
 
 class CloseSubagentCallItem(_SubagentCallItem):
+    """The model closed a Subagent."""
+
     type: Literal["close_subagent_call"] = "close_subagent_call"
 
 
 class WaitForSubagentsCallItem(_Item):
+    """The model waited for Subagents to finish."""
+
     type: Literal["wait_for_subagents_call"] = "wait_for_subagents_call"
     sender_agent_id: str
     recipient_agent_ids: list[str]

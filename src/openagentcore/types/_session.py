@@ -24,11 +24,15 @@ SessionStatus: TypeAlias = Literal["idle", "in_progress", "requires_action", "fa
 
 
 class EnvironmentNetwork(WireModel):
+    """Network access of a Session's Environment, and the domains it may reach."""
+
     access: Literal["enabled", "disabled", "restricted"] | str
     allowed_domains: list[str] = Field(default_factory=list)
 
 
 class EnvironmentPackages(WireModel):
+    """Packages to install in a Session's Environment, by ecosystem."""
+
     npm: list[str] = Field(default_factory=list)
     python: list[str] = Field(default_factory=list)
     system: list[str] = Field(default_factory=list)
@@ -85,6 +89,8 @@ class Session(WireModel):
 
 
 class SessionDeleted(WireModel):
+    """The answer to deleting a Session."""
+
     object: Literal["agent.session.deleted"] = "agent.session.deleted"
     _always_sent: ClassVar[frozenset[str]] = frozenset({"object"})
     id: str

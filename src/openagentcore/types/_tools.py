@@ -55,6 +55,8 @@ class ToolSearchTool(TypedModel):
 
 
 class WebSearchLocation(WireModel):
+    """An approximate user location that biases web search results."""
+
     city: str | None = None
     country: str | None = None
     region: str | None = None
@@ -156,6 +158,7 @@ class TextFormat(WireModel):
 
     @classmethod
     def text(cls) -> TextFormat:
+        """Plain text output (the default)."""
         return cls(type="text")
 
     @classmethod

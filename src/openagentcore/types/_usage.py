@@ -8,10 +8,14 @@ __all__ = ["InputTokensDetails", "OutputTokensDetails", "TokenUsage"]
 
 
 class InputTokensDetails(WireModel):
+    """How many of the input tokens came from the cache."""
+
     cached_tokens: int
 
 
 class OutputTokensDetails(WireModel):
+    """How many of the output tokens were spent on reasoning."""
+
     reasoning_tokens: int
 
 

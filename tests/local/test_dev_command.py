@@ -1,4 +1,4 @@
-"""The ``openagentcore dev`` command, ``python -m openagentcore.local`` and the pytest plugin."""
+"""The ``openagentcore dev`` command and ``python -m openagentcore.local``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
 import pytest
@@ -58,41 +57,3 @@ def test_dev_rejects_bad_arguments(
         main(argv)
     assert exit_info.value.code == 2
     assert fragment in capsys.readouterr().err
-
-
-PLUGIN_USER_TESTS = """
-import httpx
-import pytest
-
-def test_local_core(local_core):
-    headers = {"Authorization": f"Bearer {local_core.api_key}", "OpenAI-Beta": "agents=v1"}
-    assert httpx.get(f"{local_core.base_url}/agents", headers=headers).status_code == 200
-    assert local_core.api_key not in repr(local_core)
-
-def test_client(client, local_core):
-    assert str(client.base_url).rstrip("/") == local_core.base_url
-    assert client.agents.create(model="m").id.startswith("agent_")
-
-@pytest.mark.anyio
-async def test_async_client(async_client, local_core):
-    assert str(async_client.base_url).rstrip("/") == local_core.base_url
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-"""
-
-
-def test_pytest_plugin_fixtures(tmp_path: Path) -> None:
-    """A user's test suite gets the fixtures from the installed pytest11 entry point."""
-    (tmp_path / "test_user.py").write_text(PLUGIN_USER_TESTS, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 passed" in result.stdout
