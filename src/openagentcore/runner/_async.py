@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, overload
 
 import tenacity
 from typing_extensions import Unpack
@@ -33,9 +33,8 @@ from ._base import (
     RunnerOptions,
     ServeTimeout,
     Until,
-    final_text,
     input_event,
-    parse_output,
+    turn_result,
 )
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
@@ -53,6 +52,7 @@ from ._effects import (
     perform_store,
 )
 from ._execution import call_async, call_sync
+from ._output import check_output_format
 from ._pump import (
     Connected,
     Dropped,
@@ -66,7 +66,7 @@ from ._pump import (
     judge,
     reconnectable,
 )
-from ._report import ServeReport, TurnResult
+from ._report import OutputT, ServeReport, TurnResult
 from ._signals import on_shutdown_signal
 
 __all__ = ["AsyncFunctionRunner"]
@@ -156,16 +156,39 @@ class AsyncFunctionRunner(RunnerBase):
             self._detach(serve)
         return serve.report
 
+    @overload
     async def run_turn(
         self,
         session_id: str,
         input: str | Sequence[UserMessage | Mapping[str, Any]],
         *,
-        output_type: type[Any] | None = None,
+        output_type: None = None,
         timeout: float | None = None,
-    ) -> TurnResult:
+    ) -> TurnResult[str | None]: ...
+
+    @overload
+    async def run_turn(
+        self,
+        session_id: str,
+        input: str | Sequence[UserMessage | Mapping[str, Any]],
+        *,
+        output_type: type[OutputT],
+        timeout: float | None = None,
+    ) -> TurnResult[OutputT]: ...
+
+    async def run_turn(
+        self,
+        session_id: str,
+        input: str | Sequence[UserMessage | Mapping[str, Any]],
+        *,
+        output_type: type[OutputT] | None = None,
+        timeout: float | None = None,
+    ) -> TurnResult[Any]:
         """Send ``input``, serve the calls of the Turn it starts, and return its outcome."""
         deadline = _deadline(timeout)
+        if output_type is not None:
+            session = await self.client.sessions.retrieve(session_id)
+            check_output_format(session.agent.text, output_type)
         serve = self._attach(session_id, "connected")
         try:
             async with self._reader(serve):
@@ -188,15 +211,7 @@ class AsyncFunctionRunner(RunnerBase):
             items = [
                 item async for item in self.client.sessions.items.list(session_id, order="asc")
             ]
-        text = final_text(items, serve.target_turn)
-        return TurnResult(
-            session_id=session_id,
-            turn_id=serve.target_turn,
-            status=serve.target_turn_status or "unknown",
-            text=text,
-            output=parse_output(text, output_type),
-            report=serve.report,
-        )
+        return turn_result(serve, items, output_type)
 
     async def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
         """One reconciliation pass (see :meth:`FunctionRunner.recover`)."""
@@ -325,6 +340,7 @@ class AsyncFunctionRunner(RunnerBase):
                 else:
                     future.set_exception(error)
             effects = self._core.take_effects(now)
+            self._observer.observe(self._core.take_notes(), now)
             self._changed.set()
             for effect in effects:
                 self._dispatch(effect)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
@@ -11,10 +12,12 @@ from typing_extensions import TypedDict
 
 from ..store import ResultStore, new_owner_id, open_store
 from ..types import InputMessageEvent, MessageItem, UserMessage
-from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore, RunnerError
+from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore, RunnerError, Serve
 from ._execution import Hooks
+from ._observe import CallObserver
+from ._output import parse_turn_output
 from ._registry import DEFAULT_MAX_ATTEMPTS, FunctionRegistry, describe_function
-from ._report import ServeReport
+from ._report import ServeReport, TurnResult
 from ._results import ErrorFormatter
 
 __all__ = ["RunnerBase", "RunnerError", "RunnerOptions", "ServeTimeout"]
@@ -117,6 +120,7 @@ class RunnerBase:
         self._hooks = Hooks(error_formatter, on_error)
         self._on_in_doubt = on_in_doubt
         self._on_action = on_action
+        self._observer = CallObserver()
         self._core = RunnerCore(
             self._registry,
             owner=new_owner_id(),
@@ -217,7 +221,20 @@ def final_text(items: Sequence[object], turn_id: str) -> str | None:
     return finals[-1].output_text if finals else None
 
 
-def parse_output(text: str | None, output_type: type[Any] | None) -> Any:
-    if output_type is None or text is None:
-        return text
-    return pydantic.TypeAdapter(output_type).validate_json(text)
+def turn_result(
+    serve: Serve, items: Sequence[object], output_type: type[Any] | None
+) -> TurnResult[Any]:
+    """The Turn's outcome; with ``output_type``, its answer parsed (or
+    :class:`StructuredOutputError`, which keeps the result)."""
+    assert serve.target_turn is not None
+    result: TurnResult[Any] = TurnResult(
+        session_id=serve.session_id,
+        turn_id=serve.target_turn,
+        status=serve.target_turn_status or "unknown",
+        text=final_text(items, serve.target_turn),
+        output=None,
+        report=serve.report,
+    )
+    if output_type is None:
+        return dataclasses.replace(result, output=result.text)
+    return parse_turn_output(result, output_type)

@@ -56,6 +56,8 @@ from ..types import (
 from ._effects import (
     AskInDoubt,
     Batch,
+    CallSettled,
+    CallStarted,
     CancelFunction,
     ClaimCall,
     Effect,
@@ -64,6 +66,7 @@ from ._effects import (
     Lookup,
     LookupResult,
     MarkInDoubt,
+    Note,
     PostOutcome,
     PostResults,
     ReadSession,
@@ -348,6 +351,7 @@ class RunnerCore:
         self._sessions: dict[str, _SessionView] = {}
         self._last_serve_id = 0
         self._effects: list[Effect] = []
+        self._notes: list[Note] = []
         self._running = 0
         #: Calls failed for their timeout whose function has not returned yet: each
         #: still holds a concurrency slot (its thread or task is busy).
@@ -839,6 +843,7 @@ class RunnerCore:
             self._effects.append(
                 RunFunction(call.key, call.function, call.arguments, call.attempts, call.deadline)
             )
+            self._notes.append(CallStarted(call.key, call.name, call.attempts))
 
     def _time_out(self, now: float) -> None:
         """Fail calls whose function runs past its ``timeout``. The function is asked to
@@ -946,6 +951,7 @@ class RunnerCore:
         error = outcome.error
         if error is None:
             for call in mine:
+                self._notes.append(CallSettled(call.key, call.name, "submitted"))
                 call.phase = Phase.POSTED
                 self._count(call.key.session_id, "results_submitted")
                 if call.output_seen:
@@ -1157,6 +1163,11 @@ class RunnerCore:
         effects, self._effects = self._effects, []
         return effects
 
+    def take_notes(self) -> list[Note]:
+        """What happened to calls since the last call (for logs, traces, metrics)."""
+        notes, self._notes = self._notes, []
+        return notes
+
     def next_wakeup(self, now: float) -> float:
         """Seconds until something is due without any new input (at most the poll
         interval, which bounds every wait)."""
@@ -1203,6 +1214,8 @@ class RunnerCore:
             self._effects.append(effect)
 
     def _done(self, call: Call, outcome: str) -> None:
+        if call.phase is not Phase.POSTED:  # a posted call was noted as submitted
+            self._notes.append(CallSettled(call.key, call.name, outcome))
         call.phase = Phase.DONE
         call.outcome = outcome
         call.lease_held = False

@@ -20,6 +20,8 @@ from ._registry import RegisteredFunction
 __all__ = [
     "AskInDoubt",
     "Batch",
+    "CallSettled",
+    "CallStarted",
     "CancelFunction",
     "ClaimCall",
     "Effect",
@@ -27,6 +29,7 @@ __all__ = [
     "InDoubtAnswer",
     "Lookup",
     "LookupResult",
+    "Note",
     "MarkInDoubt",
     "PostOutcome",
     "PostResults",
@@ -273,6 +276,33 @@ class InDoubtAnswer:
     kind: str  # "rerun", "fail" or "result"
     value: object = None
     error: str = ""
+
+
+# -- notes: what happened to a call, for logs, traces and metrics ----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallStarted:
+    """The function of a call started (``attempt`` counts runs across crashes)."""
+
+    key: CallKey
+    function_name: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallSettled:
+    """This runner is done with a call. ``outcome`` is one of ``submitted`` (the
+    server accepted the result), ``applied``, ``duplicate``, ``rejected``,
+    ``conflict``, ``abandoned``, ``in_doubt``, ``left_pending``, ``in_doubt_elsewhere``,
+    ``released``, ``session_gone`` or ``abandoned_by_serve``."""
+
+    key: CallKey
+    function_name: str
+    outcome: str
+
+
+Note = CallStarted | CallSettled
 
 
 def perform_store(effect: StoreEffect, store: ResultStore) -> StoreAnswer:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, overload
 
 import tenacity
 from typing_extensions import Unpack
@@ -33,9 +33,8 @@ from ._base import (
     RunnerOptions,
     ServeTimeout,
     Until,
-    final_text,
     input_event,
-    parse_output,
+    turn_result,
 )
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
@@ -53,6 +52,7 @@ from ._effects import (
     perform_store,
 )
 from ._execution import Hooks, call_async, call_sync
+from ._output import check_output_format
 from ._pump import (
     Connected,
     Dropped,
@@ -66,7 +66,7 @@ from ._pump import (
     judge,
     reconnectable,
 )
-from ._report import ServeReport, TurnResult
+from ._report import OutputT, ServeReport, TurnResult
 from ._signals import on_shutdown_signal
 
 __all__ = ["FunctionRunner"]
@@ -128,19 +128,42 @@ class FunctionRunner(RunnerBase):
             self._detach(serve)
         return serve.report
 
+    @overload
     def run_turn(
         self,
         session_id: str,
         input: str | Sequence[UserMessage | Mapping[str, Any]],
         *,
-        output_type: type[Any] | None = None,
+        output_type: None = None,
         timeout: float | None = None,
-    ) -> TurnResult:
+    ) -> TurnResult[str | None]: ...
+
+    @overload
+    def run_turn(
+        self,
+        session_id: str,
+        input: str | Sequence[UserMessage | Mapping[str, Any]],
+        *,
+        output_type: type[OutputT],
+        timeout: float | None = None,
+    ) -> TurnResult[OutputT]: ...
+
+    def run_turn(
+        self,
+        session_id: str,
+        input: str | Sequence[UserMessage | Mapping[str, Any]],
+        *,
+        output_type: type[OutputT] | None = None,
+        timeout: float | None = None,
+    ) -> TurnResult[Any]:
         """Send ``input``, serve the calls of the Turn it starts, and return its outcome.
 
         Subscribes before sending, so no event of the Turn is missed.
         """
         deadline = _deadline(timeout)
+        if output_type is not None:
+            session = self.client.sessions.retrieve(session_id)
+            check_output_format(session.agent.text, output_type)
         serve = self._attach(session_id, "connected")
         try:
             with _Reader(self, serve):
@@ -162,15 +185,7 @@ class FunctionRunner(RunnerBase):
         items: Sequence[object] | None = serve.streamed_answer()
         if items is None:
             items = list(self.client.sessions.items.list(session_id, order="asc"))
-        text = final_text(items, serve.target_turn)
-        return TurnResult(
-            session_id=session_id,
-            turn_id=serve.target_turn,
-            status=serve.target_turn_status or "unknown",
-            text=text,
-            output=parse_output(text, output_type),
-            report=serve.report,
-        )
+        return turn_result(serve, items, output_type)
 
     def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
         """One reconciliation pass: resubmit saved results, settle calls in doubt, run
@@ -304,6 +319,7 @@ class FunctionRunner(RunnerBase):
                     feed(self._core, message, now)
                 self._verdicts.update(judge(self._core, now))
                 effects = self._core.take_effects(now)
+                self._observer.observe(self._core.take_notes(), now)
                 self._changed.notify_all()
             for effect in effects:
                 self._dispatch(effect)
