@@ -24,7 +24,6 @@ import tenacity
 from typing_extensions import Unpack
 
 from .._client import AsyncClient
-from .._errors import OpenAgentCoreError
 from ..store import CallKey
 from ..types import UserMessage
 from ._base import (
@@ -62,9 +61,11 @@ from ._pump import (
     StreamFailed,
     Wake,
     ask_in_doubt,
+    captured,
     feed,
     judge,
     reconnectable,
+    report_action,
 )
 from ._report import OutputT, ServeReport, TurnResult
 from ._signals import on_shutdown_signal
@@ -370,7 +371,9 @@ class AsyncFunctionRunner(RunnerBase):
             decide = functools.partial(ask_in_doubt, self._on_in_doubt, effect)
             self._deliver(loop.run_in_executor(self._store_threads, decide))
         elif isinstance(effect, ReportAction):
-            self._deliver(loop.run_in_executor(self._store_threads, self._report_action, effect))
+            assert self._on_action is not None
+            act = functools.partial(report_action, self._on_action, effect)
+            self._deliver(loop.run_in_executor(self._store_threads, act))
         else:
             perform = functools.partial(perform_store, effect, self.store)
             self._deliver(loop.run_in_executor(self._store_threads, perform))
@@ -409,33 +412,18 @@ class AsyncFunctionRunner(RunnerBase):
             self._cancellable.pop(effect.key, None)
 
     async def _post(self, effect: PostResults) -> PostOutcome:
-        batch = effect.batch
-        try:
-            await self.client.sessions.events.create(
-                batch.session_id, events=batch.events, idempotency_key=batch.idempotency_key
-            )
-        except OpenAgentCoreError as exc:
-            return PostOutcome(batch, exc)
-        return PostOutcome(batch, None)
+        with captured() as answer:
+            await self.client.sessions.events.create(**effect.batch.request)
+        return PostOutcome(effect.batch, answer.error)
 
     async def _read(self, effect: ReadSession) -> SessionOutcome:
-        try:
-            session = await self.client.sessions.retrieve(effect.session_id)
-            turn = None
-            if effect.turn_id is not None:
-                turn = await self.client.sessions.turns.retrieve(
-                    effect.turn_id, session_id=effect.session_id
-                )
-        except OpenAgentCoreError as exc:
-            return SessionOutcome(effect.session_id, None, error=exc)
-        return SessionOutcome(effect.session_id, session, turn)
-
-    def _report_action(self, effect: ReportAction) -> None:
-        assert self._on_action is not None
-        try:
-            self._on_action(effect.session_id, effect.action)
-        except Exception:
-            logger.exception("on_action raised; ignoring it")
+        sessions, turn_id = self.client.sessions, effect.turn_id
+        session = turn = None
+        with captured() as answer:
+            session = await sessions.retrieve(effect.session_id)
+            if turn_id is not None:
+                turn = await sessions.turns.retrieve(turn_id, session_id=effect.session_id)
+        return SessionOutcome(effect.session_id, session, turn, answer.error)
 
     @contextlib.asynccontextmanager
     async def _reader(self, serve: Serve) -> Any:

@@ -1191,8 +1191,9 @@ class RunnerCore:
 
     def _next_read(self, view: _SessionView) -> float | None:
         """When the Session should be read next, if at all."""
-        if view.reading or not self._serves_of(view.session_id):
-            return None
+        serves = self._serves_of(view.session_id)
+        if view.reading or all(serve.until == "once" and serve.read_once for serve in serves):
+            return None  # nobody follows the Session, or one pass (recover) is done
         if view.read_at is not None:
             return view.read_at
         # While the Session waits on calls other workers hold, no event may come for a

@@ -141,6 +141,15 @@ class Batch:
         return [record.result for record in self.records if record.result is not None]
 
     @property
+    def request(self) -> dict[str, Any]:
+        """The arguments of the ``events.create`` call that posts the batch."""
+        return {
+            "session_id": self.session_id,
+            "events": self.events,
+            "idempotency_key": self.idempotency_key,
+        }
+
+    @property
     def idempotency_key(self) -> str:
         """A single result uses its call's stored key; a batch, a key derived from its
         calls, so a retry of the same batch is the same request."""

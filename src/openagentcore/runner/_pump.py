@@ -7,16 +7,19 @@ everything that decides lives in :class:`RunnerCore` and here, written once.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .._errors import APIStatusError, OpenAgentCoreError
 from ..types import SessionEvent
-from ._core import InDoubtCall, InDoubtHandler, RunnerCore
+from ._core import ActionHandler, InDoubtCall, InDoubtHandler, RunnerCore
 from ._effects import (
     AskInDoubt,
     FunctionOutcome,
     InDoubtAnswer,
     PostOutcome,
+    ReportAction,
     SessionOutcome,
     StoreAnswer,
 )
@@ -29,10 +32,13 @@ __all__ = [
     "Stop",
     "StreamFailed",
     "Wake",
+    "Captured",
     "ask_in_doubt",
+    "captured",
     "feed",
     "judge",
     "reconnectable",
+    "report_action",
 ]
 
 logger = logging.getLogger("openagentcore.runner")
@@ -132,6 +138,31 @@ def judge(core: RunnerCore, now: float) -> dict[int, BaseException | None]:
         except Exception as exc:  # the serve's fatal error, raised in its caller
             verdicts[serve.id] = exc
     return verdicts
+
+
+class Captured:
+    """What :func:`captured` caught: the API error of a request, if any."""
+
+    error: OpenAgentCoreError | None = None
+
+
+@contextmanager
+def captured() -> Iterator[Captured]:
+    """Catch the API error of the requests in the block: drivers hand it to the core,
+    which decides what it means."""
+    outcome = Captured()
+    try:
+        yield outcome
+    except OpenAgentCoreError as exc:
+        outcome.error = exc
+
+
+def report_action(hook: ActionHandler, effect: ReportAction) -> None:
+    """Run the application's ``on_action`` hook; what it raises is logged."""
+    try:
+        hook(effect.session_id, effect.action)
+    except Exception:
+        logger.exception("on_action raised; ignoring it")
 
 
 def reconnectable(error: BaseException) -> bool:

@@ -23,7 +23,6 @@ import tenacity
 from typing_extensions import Unpack
 
 from .._client import Client
-from .._errors import OpenAgentCoreError
 from .._streaming import EventStream
 from ..store import CallKey
 from ..types import UserMessage
@@ -62,9 +61,11 @@ from ._pump import (
     StreamFailed,
     Wake,
     ask_in_doubt,
+    captured,
     feed,
     judge,
     reconnectable,
+    report_action,
 )
 from ._report import OutputT, ServeReport, TurnResult
 from ._signals import on_shutdown_signal
@@ -343,7 +344,8 @@ class FunctionRunner(RunnerBase):
             hook = self._on_in_doubt
             self._store_pool.submit(lambda: put(ask_in_doubt(hook, effect)))
         elif isinstance(effect, ReportAction):
-            self._store_pool.submit(self._report_action, effect)
+            assert self._on_action is not None
+            self._store_pool.submit(report_action, self._on_action, effect)
         else:
             self._store_pool.submit(lambda: put(perform_store(effect, self.store)))
 
@@ -363,33 +365,18 @@ class FunctionRunner(RunnerBase):
         self._inbox.put(outcome)
 
     def _post(self, effect: PostResults) -> PostOutcome:
-        batch = effect.batch
-        try:
-            self.client.sessions.events.create(
-                batch.session_id, events=batch.events, idempotency_key=batch.idempotency_key
-            )
-        except OpenAgentCoreError as exc:
-            return PostOutcome(batch, exc)
-        return PostOutcome(batch, None)
+        with captured() as answer:
+            self.client.sessions.events.create(**effect.batch.request)
+        return PostOutcome(effect.batch, answer.error)
 
     def _read(self, effect: ReadSession) -> SessionOutcome:
-        try:
-            session = self.client.sessions.retrieve(effect.session_id)
-            turn = None
-            if effect.turn_id is not None:
-                turn = self.client.sessions.turns.retrieve(
-                    effect.turn_id, session_id=effect.session_id
-                )
-        except OpenAgentCoreError as exc:
-            return SessionOutcome(effect.session_id, None, error=exc)
-        return SessionOutcome(effect.session_id, session, turn)
-
-    def _report_action(self, effect: ReportAction) -> None:
-        assert self._on_action is not None
-        try:
-            self._on_action(effect.session_id, effect.action)
-        except Exception:
-            logger.exception("on_action raised; ignoring it")
+        sessions, turn_id = self.client.sessions, effect.turn_id
+        session = turn = None
+        with captured() as answer:
+            session = sessions.retrieve(effect.session_id)
+            if turn_id is not None:
+                turn = sessions.turns.retrieve(turn_id, session_id=effect.session_id)
+        return SessionOutcome(effect.session_id, session, turn, answer.error)
 
 
 class _Reader:
