@@ -437,7 +437,13 @@ class SimWorker:
         self.hooks = Hooks(error_formatter=None, on_error=None)
         self.inbox: list[Message] = []
         self.pump_at: float | None = None
-        self.deadlines: dict[int, float] = {}
+        #: Workers' clocks disagree: leases must be judged by the store's clock alone.
+        self.skew = world.rng.uniform(-1000.0, 1000.0)
+        self.rate = world.rng.uniform(0.98, 1.02)
+
+    def clock(self) -> float:
+        """This worker's monotonic clock: its own origin, and a rate a little off."""
+        return self.skew + self.world.now * self.rate
 
     @property
     def serving(self) -> bool:
@@ -460,9 +466,8 @@ class SimWorker:
     def _serve(self, session_id: str) -> None:
         if not self.alive:
             return
-        serve = self.core.attach(session_id, "idle", self.world.now)
+        serve = self.core.attach(session_id, "idle", self.clock())
         deadline = self.world.now + (60.0 if self.final else self.world.rng.uniform(0.5, 4.0))
-        self.deadlines[serve.id] = deadline
         self.world.subscribe(self, session_id, serve.id)
         self.world.at(deadline, lambda: self._deadline(serve))
         self.schedule_pump(0.0)
@@ -472,7 +477,7 @@ class SimWorker:
             self._end(serve)
 
     def _end(self, serve: Serve) -> None:
-        self.core.detach(serve, self.world.now)
+        self.core.detach(serve, self.clock())
         self.world.reports.append(serve.report)
         if not self.final and self.world.chaos:
             self.world.later(0.05, 0.5, lambda: self._serve(serve.session_id))
@@ -507,7 +512,7 @@ class SimWorker:
         if not self.alive or self.pump_at is None or self.pump_at > self.world.now:
             return
         self.pump_at = None
-        core, now = self.core, self.world.now
+        core, now = self.core, self.clock()
         messages, self.inbox = self.inbox, []
         for message in messages:
             feed(core, message, now)
@@ -521,7 +526,9 @@ class SimWorker:
                 return
             self._dispatch(effect)
         if core.serves or core.busy():
-            self.schedule_pump(core.next_wakeup(now))
+            # At least a microsecond: converting between this worker's clock and the
+            # world's can round a due time to just ahead of "now" for ever.
+            self.schedule_pump(max(core.next_wakeup(now) / self.rate, 1e-6))
 
     # -- carrying out effects ---------------------------------------------------------------
 

@@ -355,7 +355,7 @@ class RunnerCore:
         self._running = 0
         #: Calls failed for their timeout whose function has not returned yet: each
         #: still holds a concurrency slot (its thread or task is busy).
-        self._overrunning: set[CallKey] = set()
+        self._overrunning: dict[CallKey, str] = {}
         #: Keys whose claim raised: it may have committed. Only these may later be
         #: recognised as this runner's own unconfirmed claim.
         self._unconfirmed: set[CallKey] = set()
@@ -367,7 +367,7 @@ class RunnerCore:
         self._renew_at: float | None = None
         self._renewing = False
         self._store_failures = 0
-        self._store_retry_at = 0.0
+        self._store_retry_at = float("-inf")  # monotonic clocks may start anywhere
 
     # -- serves ---------------------------------------------------------------------------
 
@@ -858,18 +858,20 @@ class RunnerCore:
                 "Call %s of %s timed out after %g s", call.key.call_id, call.name, function.timeout
             )
             self._effects.append(CancelFunction(call.key))
-            self._overrunning.add(call.key)
+            self._overrunning[call.key] = call.name
             self._count(call.key.session_id, "calls_run")
             self._count(call.key.session_id, "function_errors")
             error = timeout_error(function.timeout, idempotent=function.idempotent)
             self._save(call, failure_event(call.key, error), self.owner, now)
 
     def _running_of(self, name: str) -> int:
-        return sum(1 for c in self.calls.values() if c.phase is Phase.RUNNING and c.name == name)
+        """Functions of ``name`` running now, counting those past their timeout."""
+        running = sum(1 for c in self.calls.values() if c.phase is Phase.RUNNING and c.name == name)
+        return running + sum(1 for n in self._overrunning.values() if n == name)
 
     def on_function_done(self, outcome: FunctionOutcome, now: float) -> None:
         if outcome.key in self._overrunning:
-            self._overrunning.discard(outcome.key)
+            del self._overrunning[outcome.key]
             self._running -= 1
             logger.warning(
                 "Call %s finished after its timeout; its late outcome was not sent: %s",
