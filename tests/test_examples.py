@@ -54,3 +54,16 @@ def test_many_sessions_async_leaves_every_session_idle(sessions: int) -> None:
     output = run_example("many_sessions_async.py", "--sessions", str(sessions))
 
     assert re.search(rf"^{sessions} Sessions, \d+ calls in .*; {sessions} idle$", output, re.M)
+
+
+def test_payments_bot_charges_once_across_a_kill_and_answers_the_call() -> None:
+    output = run_example("payments_bot.py")
+
+    assert "Worker 1 exited with -9 (killed by SIGKILL: True)" in output
+    assert "charge attempt 1" in output
+    assert "charge attempt 2" in output
+    assert "1 found in doubt and re-run, Session idle" in output
+    assert re.search(
+        r"^Call answered \(completed\): charged 4200 cents for A-17 \(ch_1\)$", output, re.M
+    )
+    assert "Payment service: 2 charge request(s), 1 charge(s) made" in output
