@@ -411,12 +411,6 @@ def test_functions_of_a_cancelled_turn_are_cancelled(
     assert applied.output is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: _running_of() counts only calls in Phase.RUNNING, and a timed-out "
-    "call leaves that phase at once although its sync function may still run, so the "
-    "next call of the function starts beside it (the runner-wide limit does wait)",
-)
 def test_max_concurrency_counts_a_timed_out_function_still_running(
     make_core: MakeCore, make_harness: MakeHarness
 ) -> None:
