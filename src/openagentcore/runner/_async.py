@@ -223,14 +223,18 @@ class AsyncFunctionRunner(RunnerBase):
             self._detach(serve)
         return serve.report
 
-    def stop(self) -> None:
+    def stop(self, *, force: bool = False) -> None:
         """Ask the serves running now to finish their in-flight calls and return.
+
+        With ``force=True`` the running functions are cancelled instead of awaited:
+        coroutine functions get ``CancelledError``, plain ones see ``ctx.cancelled``;
+        a function that stops that way gets a failed "cancelled" result, not "in doubt".
 
         Serves started later are not affected. Call it from the event loop's thread;
         from another thread use ``loop.call_soon_threadsafe(runner.stop)``.
         """
         if self._inbox is not None:
-            self._inbox.put(Stop(self._core.last_serve_id))
+            self._inbox.put(Stop(self._core.last_serve_id, force))
 
     async def close(self) -> None:
         """Finish in the background what ended serves left (within ``shutdown_grace``),

@@ -399,12 +399,19 @@ class RunnerCore:
     def last_serve_id(self) -> int:
         return self._last_serve_id
 
-    def stop(self, last_serve: int) -> None:
+    def stop(self, last_serve: int, *, force: bool = False) -> None:
         """Ask the serves attached up to ``last_serve`` (those running when ``stop()``
-        was called, not later ones) to finish what they started."""
+        was called, not later ones) to finish what they started; with ``force``, their
+        running functions are asked to stop too (cancelled)."""
         for serve in self.serves.values():
-            if serve.id <= last_serve:
-                serve.stopping = True
+            if serve.id > last_serve:
+                continue
+            serve.stopping = True
+            if force:
+                for call in self._calls_of(serve.session_id):
+                    if call.phase is Phase.RUNNING and not call.cancelled:
+                        call.cancelled = True
+                        self._effects.append(CancelFunction(call.key))
 
     def set_until(self, serve: Serve, until: Mode) -> None:
         serve.until = until

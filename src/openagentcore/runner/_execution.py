@@ -41,6 +41,10 @@ def call_sync(run: RunFunction, hooks: Hooks, context: CallContext) -> FunctionO
         return FunctionOutcome(run.key, failure_event(run.key, str(exc)), ran=False)
     try:
         value = run_with_context(context, run.function.func, *args, **kwargs)
+    except asyncio.CancelledError:
+        if not context.cancelled.is_set():
+            raise
+        return FunctionOutcome(run.key, failure_event(run.key, CANCELLED_ERROR))
     except Exception as exc:
         return _failed(run, exc, hooks)
     return _succeeded(run, value, hooks)

@@ -72,9 +72,11 @@ class Received:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """``stop()`` was called: serves attached up to ``last_serve`` finish."""
+    """``stop()`` was called: serves attached up to ``last_serve`` finish (with
+    ``force``, their running functions are cancelled)."""
 
     last_serve: int
+    force: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,7 @@ def feed(core: RunnerCore, message: Message, now: float) -> None:
     elif isinstance(message, InDoubtAnswer):
         core.on_in_doubt_answer(message, now)
     elif isinstance(message, Stop):
-        core.stop(message.last_serve)
+        core.stop(message.last_serve, force=message.force)
     elif isinstance(message, Wake):
         return
     else:

@@ -199,13 +199,17 @@ class FunctionRunner(RunnerBase):
             self._detach(serve)
         return serve.report
 
-    def stop(self) -> None:
+    def stop(self, *, force: bool = False) -> None:
         """Ask the serves running now to finish their in-flight calls and return.
+
+        With ``force=True`` the running functions are cancelled instead of awaited:
+        coroutine functions get ``CancelledError``, plain ones see ``ctx.cancelled``;
+        a function that stops that way gets a failed "cancelled" result, not "in doubt".
 
         Serves started later are not affected. Safe to call from a signal handler or
         another thread.
         """
-        self._inbox.put(Stop(self._core.last_serve_id))
+        self._inbox.put(Stop(self._core.last_serve_id, force))
 
     def close(self) -> None:
         """Finish in the background what ended serves left (within ``shutdown_grace``),
