@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -82,10 +83,19 @@ class _Inbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._items: deque[Message] = deque()
         self._ready = asyncio.Event()
 
     def put(self, message: Message) -> None:
+        self._items.append(message)
+        if threading.get_ident() == self._loop_thread:
+            self._ready.set()  # no wake-up pipe needed on the loop's own thread
+        else:
+            self._loop.call_soon_threadsafe(self._ready.set)
+
+    def put_threadsafe(self, message: Message) -> None:
+        """``put`` that always wakes the loop through its pipe (for signal handlers)."""
         self._items.append(message)
         self._loop.call_soon_threadsafe(self._ready.set)
 
@@ -230,8 +240,7 @@ class AsyncFunctionRunner(RunnerBase):
         coroutine functions get ``CancelledError``, plain ones see ``ctx.cancelled``;
         a function that stops that way gets a failed "cancelled" result, not "in doubt".
 
-        Serves started later are not affected. Call it from the event loop's thread;
-        from another thread use ``loop.call_soon_threadsafe(runner.stop)``.
+        Serves started later are not affected. Safe to call from any thread.
         """
         if self._inbox is not None:
             self._inbox.put(Stop(self._core.last_serve_id, force))
@@ -289,8 +298,10 @@ class AsyncFunctionRunner(RunnerBase):
         self._inbox.put(Wake())
 
     def _stop_from_signal(self) -> None:
-        assert self._inbox is not None
-        self._inbox.put(Stop(self._core.last_serve_id))
+        """Runs in a signal handler: only the loop's wake-up pipe is safe to touch."""
+        inbox = self._inbox
+        assert inbox is not None
+        inbox.put_threadsafe(Stop(self._core.last_serve_id))
 
     async def _wait(self, serve: Serve, deadline: float | None) -> None:
         future = self._verdicts[serve.id]
