@@ -8,13 +8,11 @@ identical retry.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-import pydantic
-import pydantic_core
-
 from ..store import CallKey
+from ._json import encode_output
 
 __all__ = [
     "CANCELLED_ERROR",
@@ -54,7 +52,6 @@ def timeout_error(seconds: float, *, idempotent: bool) -> str:
     return text
 
 
-_CONTENT_TYPES = frozenset({"input_text", "input_image"})
 
 
 def _base(key: CallKey, success: bool) -> dict[str, Any]:
@@ -70,7 +67,7 @@ def success_event(key: CallKey, value: object) -> dict[str, Any]:
     """
     event = _base(key, True)
     if value is not None:
-        event["output"] = _output(value)
+        event["output"] = encode_output(value)
     # Measured as the server measures stored input: compact JSON, non-ASCII escaped.
     # allow_nan=False: NaN and Infinity are not JSON, and the store refuses them.
     text = json.dumps(event, separators=(",", ":"), allow_nan=False)
@@ -92,28 +89,3 @@ def failure_event(key: CallKey, error: str) -> dict[str, Any]:
     event = _base(key, False)
     event["error"] = error
     return event
-
-
-def _output(value: object) -> str | list[dict[str, Any]]:
-    if isinstance(value, str):
-        return value
-    parts = _content_parts(value)
-    if parts is not None:
-        return parts
-    if isinstance(value, pydantic.BaseModel):
-        return value.model_dump_json()
-    return json.dumps(pydantic_core.to_jsonable_python(value), ensure_ascii=False)
-
-
-def _content_parts(value: object) -> list[dict[str, Any]] | None:
-    """Text and image parts (message-content rules), given as models or dicts."""
-    items = value if isinstance(value, (list, tuple)) else [value]
-    parts: list[dict[str, Any]] = []
-    for item in items:
-        data: object = item
-        if isinstance(item, pydantic.BaseModel):
-            data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if not (isinstance(data, Mapping) and data.get("type") in _CONTENT_TYPES):
-            return None
-        parts.append(dict(data))
-    return parts or None
