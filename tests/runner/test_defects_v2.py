@@ -407,3 +407,284 @@ def test_defect_02_a_claim_never_started_is_released_when_serve_times_out(
     finally:
         other.close()
     assert sorted(x for _, x in runs.runs) == [1, 2]
+
+
+# -- defect 1: a failed batch after a restart is retried, never a crash ----------------
+
+
+def test_defect_01_failed_batch_after_restart_is_retried_not_a_crash(
+    make_core: MakeCore, proxied: ProxiedHarness, tmp_path: Any
+) -> None:
+    core = make_core(
+        scenario=one_turn([FunctionCall("add", {"a": 1, "b": 2}), FunctionCall("add", {"a": 3, "b": 4})])
+    )
+    store_path = tmp_path / "calls.db"
+    observer, proxy = proxied(core)
+    runs = CallLog()
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        runs.enter("add", (a, b))
+        runs.leave()
+        return a + b
+
+    def runner() -> Harness:
+        harness = Harness(
+            _Upstream(proxy.base_url, observer.runner_api_key),
+            observer.kind,
+            store=SQLiteResultStore(store_path),
+            shutdown_grace=0.5,
+        )
+        harness.runner.function(add)
+        return harness
+
+    first = runner()
+    session_id = first.create_session()
+    _wait_until(lambda: len(first.wait_for_pending(session_id)) == 2, what="both calls")
+    outage = threading.Event()
+    outage.set()
+
+    def down(method: str, path: str, body: bytes) -> Any:
+        if outage.is_set() and is_result_post(method, path, body):
+            return api_error(503, "server_error", "Try again later.", type="server_error")
+        return None
+
+    proxy.rule = down
+    # The first runner saves both results but cannot post them; then it goes away.
+    try:
+        with pytest.raises(TimeoutError):
+            first.serve(session_id, timeout=3)
+    finally:
+        first.close()
+    assert len(runs.runs) == 2
+
+    # A restarted runner meets the same outage, then the server comes back.
+    restarted = runner()
+    try:
+        threading.Timer(3, outage.clear).start()
+        report = restarted.serve(session_id, timeout=60)
+    finally:
+        restarted.close()
+
+    assert report.results_resubmitted == 2
+    assert len(runs.runs) == 2
+    assert 503 in proxy.statuses(lambda m, p: m == "POST" and p.endswith("/events"))
+    for call in applied_calls(observer.client, session_id).values():
+        assert call.output is not None and call.output.status == "completed"
+
+
+# -- defect 3: a refused result is rejected, kept, reported, never re-run --------------
+
+
+def test_defect_03_refused_result_is_rejected_never_pruned_never_rerun(
+    make_core: MakeCore, proxied: ProxiedHarness, tmp_path: Any
+) -> None:
+    store_path = tmp_path / "calls.db"
+    harness, proxy = proxied(
+        make_core(scenario=one_turn([FunctionCall("charge", {"order": "o1"})])),
+        store=SQLiteResultStore(store_path),
+    )
+    runs = CallLog()
+
+    def charge(order: str) -> str:
+        """Charge an order."""
+        runs.enter("charge", order)
+        runs.leave()
+        return f"charged {order}"
+
+    harness.runner.function(charge)
+    proxy.rule = lambda method, path, body: (
+        api_error(422, "invalid_value", "The result is not acceptable.")
+        if is_result_post(method, path, body)
+        else None
+    )
+    session_id = harness.create_session()
+    (action,) = harness.wait_for_pending(session_id)
+    key = CallKey(session_id, action.turn_id, action.call_id)
+
+    first = _report_of(lambda: harness.serve(session_id, timeout=15))
+
+    assert first.rejected == [key]
+    record = harness.runner.store.get(key)
+    assert record is not None and record.state is CallState.REJECTED
+    assert harness.runner.store.prune(older_than=0) == 0
+    assert harness.runner.store.get(key) is not None
+
+    restarted = Harness(
+        _Upstream(proxy.base_url, harness.runner_api_key),
+        harness.kind,
+        store=SQLiteResultStore(store_path),
+    )
+    try:
+        restarted.runner.function(charge)
+        started = time.monotonic()
+        again = _report_of(lambda: restarted.recover(session_id))
+        assert again.rejected == [key]
+        assert time.monotonic() - started < 10
+        later = _report_of(lambda: restarted.serve(session_id, timeout=15))
+        assert later.rejected == [key]
+    finally:
+        restarted.close()
+    assert len(runs.runs) == 1
+
+
+def _report_of(serve: Callable[[], Any]) -> Any:
+    """The report of a serve, whether it ended or timed out (core v2's timeout carries it)."""
+    try:
+        return serve()
+    except TimeoutError as timeout:
+        return timeout.report  # type: ignore[attr-defined]
+
+
+# -- defect 9: 409s classified by code; a transient one is retried --------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "expected"),
+    [
+        ("conflict_error", "Earlier input to this Session is still pending.", "applied"),
+        ("idempotency_conflict", "This request conflicts with an earlier one.", "conflicts"),
+        ("turn_conflict", "This request conflicts with the Turn.", "abandoned"),
+    ],
+    ids=["transient-retried", "idempotency-by-code", "turn-by-code"],
+)
+def test_defect_09_409s_are_classified_by_code_and_transient_ones_retried(
+    make_core: MakeCore, proxied: ProxiedHarness, code: str, message: str, expected: str
+) -> None:
+    harness, proxy = proxied(make_core(scenario=one_turn([FunctionCall("add", {"a": 1, "b": 2})])))
+    runs = CallLog()
+
+    @harness.runner.function
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        runs.enter("add", (a, b))
+        runs.leave()
+        return a + b
+
+    refusals = [2]
+
+    def conflict(method: str, path: str, body: bytes) -> Any:
+        if is_result_post(method, path, body) and refusals[0] > 0:
+            refusals[0] -= 1
+            return api_error(409, code, message)
+        return None
+
+    proxy.rule = conflict
+    session_id = harness.create_session()
+    (action,) = harness.wait_for_pending(session_id)
+    key = CallKey(session_id, action.turn_id, action.call_id)
+
+    report = _report_of(lambda: harness.serve(session_id, timeout=20 if expected == "applied" else 8))
+
+    assert len(runs.runs) == 1
+    if expected == "applied":
+        assert report.abandoned == [] and report.conflicts == []
+        assert _output_of(harness, session_id, key.call_id).status == "completed"
+    else:
+        assert getattr(report, expected) == [key]
+        other = "abandoned" if expected == "conflicts" else "conflicts"
+        assert getattr(report, other) == []
+
+
+# -- defect 5: a store blip on the in-doubt mark never re-runs the function ------------
+
+
+class _InDoubtBlipStore(MemoryResultStore):
+    """Fails the first in-doubt mark with a store outage (core v2 marks with
+    ``mark_in_doubt``; the old runner with ``mark(IN_DOUBT)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blips = 0
+
+    def _blip(self) -> None:
+        if self.blips == 0:
+            self.blips += 1
+            raise StoreUnavailableError("test blip during the in-doubt mark")
+
+    def mark_in_doubt(self, key: CallKey, *, owner: str, expected_attempts: int) -> bool:
+        self._blip()
+        return bool(super().mark_in_doubt(key, owner=owner, expected_attempts=expected_attempts))
+
+    def mark(self, key: CallKey, state: CallState) -> None:
+        if state is CallState.IN_DOUBT:
+            self._blip()
+        super().mark(key, state)
+
+
+def test_defect_05_function_ending_without_result_is_not_rerun_after_a_store_blip(
+    make_core: MakeCore,
+) -> None:
+    """Sync runner only: on the async runner a ``SystemExit`` from a function ends the
+    event loop, as asyncio does for any task, so nothing is left to re-run it."""
+    store = _InDoubtBlipStore()
+    harness = Harness(
+        make_core(scenario=one_turn([FunctionCall("charge", {"order": "o1"})])), "sync", store=store
+    )
+    runs = CallLog()
+
+    @harness.runner.function
+    def charge(order: str) -> str:
+        """Charge an order."""
+        runs.enter("charge", order)
+        runs.leave()
+        raise SystemExit("the function ended its worker")
+
+    session_id = harness.create_session()
+    for _ in range(2):
+        try:
+            harness.serve(session_id, timeout=8)
+        except (SystemExit, TimeoutError):
+            pass
+    harness.close()
+    assert store.blips == 1, "the in-doubt mark was never attempted"
+    assert len(runs.runs) == 1
+
+
+# -- defect 6: one runner serving a Session twice with a slow claim acknowledgement -----
+
+
+class _SlowClaimStore(MemoryResultStore):
+    """Acknowledges each claim 30 ms after it committed, as a remote database does."""
+
+    def claim(self, key: CallKey, **options: Any) -> Any:
+        claim = super().claim(key, **options)
+        time.sleep(0.03)
+        return claim
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_defect_06_same_runner_serving_a_session_twice_runs_each_call_once(
+    make_core: MakeCore, make_harness: MakeHarness, attempt: int
+) -> None:
+    calls = [FunctionCall("add", {"a": i, "b": i}) for i in range(3)]
+    harness = make_harness(make_core(scenario=one_turn(calls)), store=_SlowClaimStore())
+    runs = CallLog()
+
+    @harness.runner.function
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        runs.enter("add", a)
+        time.sleep(0.05)
+        runs.leave()
+        return a + b
+
+    session_id = harness.create_session()
+    _wait_until(lambda: len(harness.wait_for_pending(session_id)) == 3, what="three calls")
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            harness.serve(session_id, timeout=30)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    serves = [threading.Thread(target=serve) for _ in range(2)]
+    for thread in serves:
+        thread.start()
+    for thread in serves:
+        thread.join(60)
+    assert not errors
+    assert sorted(a for _, a in runs.runs) == [0, 1, 2]
+    for call in applied_calls(harness.client, session_id).values():
+        assert call.output is not None and call.output.status == "completed"
