@@ -8,9 +8,15 @@ runner before core v2 (commit 56bc64f).
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -199,7 +205,7 @@ def _serve_hostile_arguments(
         """Echo a text."""
         runs.enter("echo", None)
         runs.leave()
-        return "echoed"
+        return f"echoed {text}"
 
     harness.runner.function(echo)
     session_id = harness.create_session()
@@ -653,11 +659,15 @@ class _SlowClaimStore(MemoryResultStore):
         return claim
 
 
-@pytest.mark.parametrize("attempt", range(3))
 def test_defect_06_same_runner_serving_a_session_twice_runs_each_call_once(
-    make_core: MakeCore, make_harness: MakeHarness, attempt: int
+    make_core: MakeCore, make_harness: MakeHarness
 ) -> None:
-    calls = [FunctionCall("add", {"a": i, "b": i}) for i in range(3)]
+    for _ in range(3):
+        _serve_one_session_twice(make_core, make_harness)
+
+
+def _serve_one_session_twice(make_core: MakeCore, make_harness: MakeHarness) -> None:
+    calls = [FunctionCall("add", {"a": i, "b": i}) for i in range(4)]
     harness = make_harness(make_core(scenario=one_turn(calls)), store=_SlowClaimStore())
     runs = CallLog()
 
@@ -670,7 +680,7 @@ def test_defect_06_same_runner_serving_a_session_twice_runs_each_call_once(
         return a + b
 
     session_id = harness.create_session()
-    _wait_until(lambda: len(harness.wait_for_pending(session_id)) == 3, what="three calls")
+    _wait_until(lambda: len(harness.wait_for_pending(session_id)) == 4, what="four calls")
     errors: list[BaseException] = []
 
     def serve() -> None:
@@ -685,6 +695,242 @@ def test_defect_06_same_runner_serving_a_session_twice_runs_each_call_once(
     for thread in serves:
         thread.join(60)
     assert not errors
-    assert sorted(a for _, a in runs.runs) == [0, 1, 2]
+    assert sorted(a for _, a in runs.runs) == [0, 1, 2, 3]
     for call in applied_calls(harness.client, session_id).values():
         assert call.output is not None and call.output.status == "completed"
+
+
+# -- defect 7: two daemons on one event loop share SIGTERM handling --------------------
+
+_TWO_DAEMONS = """
+import asyncio, os, signal
+from openagentcore import AsyncClient
+from openagentcore.local import LocalCore, Scenario, TurnScript
+from openagentcore.runner import AsyncFunctionRunner
+from openagentcore.store import MemoryResultStore
+
+
+def previous(signum, frame):
+    print("PREVIOUS HANDLER RAN", flush=True)
+
+
+async def main():
+    signal.signal(signal.SIGTERM, previous)
+    core = LocalCore(scenario=Scenario(turns=[TurnScript(steps=[], answer="hi")])).start()
+    client = AsyncClient(api_key=core.api_key, base_url=core.base_url)
+    runner = AsyncFunctionRunner(client, store=MemoryResultStore())
+
+    @runner.function
+    def noop() -> str:
+        '''Do nothing.'''
+        return "ok"
+
+    spec = {"model": "scripted", "tools": runner.tools}
+    first_id = (await client.sessions.create(agent=spec, input="go")).id
+    second_id = (await client.sessions.create(agent=spec, input="go")).id
+    first = asyncio.create_task(runner.serve(first_id, until="forever", timeout=1.5))
+    second = asyncio.create_task(runner.serve(second_id, until="forever", timeout=60))
+    try:
+        await first
+    except TimeoutError:
+        print("FIRST ENDED", flush=True)
+    await asyncio.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGTERM)
+    await asyncio.wait_for(second, 30)
+    print("SECOND STOPPED", flush=True)
+    print("RESTORED", signal.getsignal(signal.SIGTERM) is previous, flush=True)
+    await runner.close()
+    await client.close()
+    core.stop()
+
+
+asyncio.run(main())
+"""
+
+
+def test_defect_07_sigterm_still_stops_the_other_daemon_after_one_ends(tmp_path: Any) -> None:
+    """Async runner only: the sync runner handles signals in the main thread, where
+    only one serve can run."""
+    child = subprocess.run(
+        [sys.executable, "-c", _TWO_DAEMONS], capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert child.stdout.split("\n")[:3] == ["FIRST ENDED", "SECOND STOPPED", "RESTORED True"]
+
+
+# -- defect 12: idempotent re-runs after crashes are capped ---------------------------
+
+_CRASHING_WORKER = """
+import os, signal, sys
+from openagentcore import Client
+from openagentcore.runner import FunctionRunner
+from openagentcore.store import SQLiteResultStore
+
+session_id, workdir = sys.argv[1], sys.argv[2]
+client = Client(
+    api_key=os.environ["OPENAGENTCORE_API_KEY"], base_url=os.environ["OPENAGENTCORE_BASE_URL"]
+)
+runner = FunctionRunner(client, store=SQLiteResultStore(os.path.join(workdir, "calls.db")))
+
+
+@runner.function(idempotent=True)
+def refresh(sku: str) -> str:
+    '''Refresh an item's inventory.'''
+    with open(os.path.join(workdir, "effects.log"), "a") as log:
+        log.write(sku + "\\n")
+        log.flush()
+        os.fsync(log.fileno())
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+report = runner.serve(session_id, timeout=30)
+print(len(report.in_doubt), flush=True)
+runner.close()
+"""
+
+
+def test_defect_12_idempotent_function_crashing_its_process_is_rerun_at_most_max_attempts(
+    make_core: MakeCore, tmp_path: Any
+) -> None:
+    core = make_core(scenario=one_turn([FunctionCall("refresh", {"sku": "s1"})]))
+    harness = Harness(core, "sync")
+    try:
+
+        @harness.runner.function(idempotent=True)
+        def refresh(sku: str) -> str:
+            """Refresh an item's inventory."""
+            return sku
+
+        session_id = harness.create_session()
+        (action,) = harness.wait_for_pending(session_id)
+        env = {
+            **os.environ,
+            "OPENAGENTCORE_API_KEY": core.api_key,
+            "OPENAGENTCORE_BASE_URL": core.base_url,
+        }
+        codes = []
+        for _ in range(6):
+            child = subprocess.run(
+                [sys.executable, "-c", _CRASHING_WORKER, session_id, str(tmp_path)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            codes.append(child.returncode)
+            if child.returncode == 0:
+                break
+        effects = (tmp_path / "effects.log").read_text().split()
+        assert effects == ["s1"] * 3, codes
+        assert codes == [-signal.SIGKILL] * 3 + [0]
+        output = _output_of(harness, session_id, action.call_id)
+        assert output.status == "failed" and output.error == IN_DOUBT_ERROR
+    finally:
+        harness.close()
+
+
+# -- defect 10: a fast clock never fails a call another worker runs (PostgreSQL) -------
+
+
+@pytest.fixture
+def postgres_table() -> Iterator[tuple[str, str]]:
+    dsn = os.environ.get("OPENAGENTCORE_TEST_POSTGRES_DSN")
+    if not dsn:
+        pytest.skip("set OPENAGENTCORE_TEST_POSTGRES_DSN to run the PostgreSQL regressions")
+    table = f"defect10_{uuid.uuid4().hex[:12]}"
+    yield dsn, table
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+_FAST_CLOCK_WORKER = """
+import json, os, sys, time
+
+_real_time = time.time
+time.time = lambda: _real_time() + 90  # this host's clock runs 90 s fast
+
+from openagentcore import Client
+from openagentcore.runner import FunctionRunner
+from openagentcore.store import PostgresResultStore
+
+session_id, dsn, table = sys.argv[1:4]
+client = Client(
+    api_key=os.environ["OPENAGENTCORE_API_KEY"], base_url=os.environ["OPENAGENTCORE_BASE_URL"]
+)
+runner = FunctionRunner(client, store=PostgresResultStore(dsn, table=table))
+runs = []
+
+
+@runner.function
+def charge(order: str) -> str:
+    '''Charge an order.'''
+    runs.append(order)
+    return "charged " + order
+
+
+try:
+    report = runner.serve(session_id, timeout=5)
+except TimeoutError as timeout:
+    report = getattr(timeout, "report", None)
+print(json.dumps({"runs": runs, "in_doubt": None if report is None else len(report.in_doubt)}))
+runner.close()
+"""
+
+
+def test_defect_10_fast_clock_worker_does_not_fail_a_call_another_worker_runs(
+    make_core: MakeCore, postgres_table: tuple[str, str]
+) -> None:
+    """Sync runner in a child process whose ``time.time`` runs 90 s fast; the call is
+    held by a live worker on another host under a 60 s lease."""
+    from openagentcore.store import PostgresResultStore
+
+    dsn, table = postgres_table
+    core = make_core(scenario=one_turn([FunctionCall("charge", {"order": "o1"})]))
+    honest = PostgresResultStore(dsn, table=table)
+    harness = Harness(core, "sync", store=honest)
+    try:
+
+        @harness.runner.function
+        def charge(order: str) -> str:
+            """Charge an order."""
+            return order
+
+        session_id = harness.create_session()
+        (action,) = harness.wait_for_pending(session_id)
+        key = CallKey(session_id, action.turn_id, action.call_id)
+        claim = honest.claim(
+            key,
+            function_name="charge",
+            arguments_hash=arguments_hash(action.arguments),
+            owner="another-host:4242:feedface0000",
+            lease_seconds=60,
+        )
+        assert claim.won
+        env = {
+            **os.environ,
+            "OPENAGENTCORE_API_KEY": core.api_key,
+            "OPENAGENTCORE_BASE_URL": core.base_url,
+        }
+        child = subprocess.run(
+            [sys.executable, "-c", _FAST_CLOCK_WORKER, session_id, dsn, table],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert child.returncode == 0, child.stderr[-2000:]
+        assert json.loads(child.stdout.strip().splitlines()[-1]) == {"runs": [], "in_doubt": 0}
+        assert applied_calls(harness.client, session_id)[key.call_id].output is None
+        record = honest.get(key)
+        assert record is not None and record.state is CallState.STARTED
+        # Marking in doubt is compare-and-set: no other worker can take a live claim,
+        # and the holder cannot with a stale attempt count.
+        assert honest.mark_in_doubt(key, owner="fast-host:1:0", expected_attempts=1) is False
+        assert honest.mark_in_doubt(key, owner=record.owner, expected_attempts=2) is False
+        record = honest.get(key)
+        assert record is not None and record.state is CallState.STARTED
+    finally:
+        harness.close()
