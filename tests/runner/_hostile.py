@@ -23,7 +23,9 @@ Rule = Callable[[str, str, bytes], Response | None]
 _HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "content-encoding"}
 
 
-def api_error(status: int, code: str, message: str, type: str = "invalid_request_error") -> Response:
+def api_error(
+    status: int, code: str, message: str, type: str = "invalid_request_error"
+) -> Response:
     """An error envelope as the contract shapes it (error-codes.md, "Error envelope")."""
     body = {"error": {"type": type, "code": code, "message": message, "param": None}}
     return JSONResponse(body, status_code=status)
@@ -92,9 +94,7 @@ class HostileProxy:
             stream=True,
         )
         self._log(request.method, path, forwarded.status_code)
-        out_headers = {
-            k: v for k, v in forwarded.headers.items() if k.lower() not in _HOP_HEADERS
-        }
+        out_headers = {k: v for k, v in forwarded.headers.items() if k.lower() not in _HOP_HEADERS}
         if forwarded.headers.get("content-type", "").startswith("text/event-stream"):
 
             async def lines() -> AsyncIterator[bytes]:
@@ -105,7 +105,9 @@ class HostileProxy:
                     await forwarded.aclose()
                     await client.aclose()
 
-            return StreamingResponse(lines(), status_code=forwarded.status_code, headers=out_headers)
+            return StreamingResponse(
+                lines(), status_code=forwarded.status_code, headers=out_headers
+            )
         data = await forwarded.aread()
         await forwarded.aclose()
         await client.aclose()

@@ -8,6 +8,7 @@ runner before core v2 (commit 56bc64f).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -19,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -51,6 +52,14 @@ class _Upstream:
     api_key: str
 
 
+def _via(proxy: HostileProxy, api_key: str) -> LocalCore:
+    """The proxy in the place of a LocalCore: Harness only reads these two attributes."""
+    return cast("LocalCore", _Upstream(proxy.base_url, api_key))
+
+
+#: A worker on another host: only its lease tells whether it is still running.
+REMOTE_OWNER = "another-host:4242:feedface0000"
+
 ProxiedHarness = Callable[..., tuple[Harness, HostileProxy]]
 
 
@@ -64,7 +73,7 @@ def proxied(
     def make(core: LocalCore, **options: Any) -> tuple[Harness, HostileProxy]:
         proxy = HostileProxy(core.base_url).start()
         proxies.append(proxy)
-        harness = make_harness(_Upstream(proxy.base_url, core.api_key), **options)
+        harness = make_harness(_via(proxy, core.api_key), **options)
         return harness, proxy
 
     yield make
@@ -118,12 +127,14 @@ def test_defect_04_run_turn_after_a_stopped_forever_serve_serves_normally(
     else:
         harness.portal.call(lambda: harness.runner.stop())
     daemon.join(30)
-    assert not daemon.is_alive() and len(reports) == 1
+    assert not daemon.is_alive()
+    assert len(reports) == 1
 
     result = harness.run_turn(session_id, "again", timeout=30)
 
     assert result.report.calls_run == 1
-    assert result.text is not None and "3" in result.text
+    assert result.text is not None
+    assert "3" in result.text
     assert len(log.runs) == 2
 
 
@@ -215,7 +226,7 @@ def _serve_hostile_arguments(
 
     # A restart on the same store does not crash on the same call either.
     again = Harness(
-        _Upstream(proxy.base_url, proxy_key(harness)),
+        _via(proxy, proxy_key(harness)),
         harness.kind,
         store=SQLiteResultStore(store_path),
     )
@@ -273,7 +284,8 @@ def test_defect_11_hostile_arguments_get_a_failed_result_without_running(
     )
     output = _output_of(harness, session_id, call_id)
     assert output.status == "failed"
-    assert output.error is not None and "Invalid arguments" in output.error
+    assert output.error is not None
+    assert "Invalid arguments" in output.error
     assert runs.runs == []
 
 
@@ -357,8 +369,10 @@ def test_defect_02_serve_timeout_saves_and_posts_the_running_functions_result(
     assert raised.value.report.session_id == session_id  # type: ignore[attr-defined]
     release.set()
     _wait_until(
-        lambda: (r := harness.runner.store.get(key)) is not None
-        and r.state in (CallState.SUBMITTED, CallState.APPLIED),
+        lambda: (
+            (r := harness.runner.store.get(key)) is not None
+            and r.state in (CallState.SUBMITTED, CallState.APPLIED)
+        ),
         what="the result to be posted after the timeout",
     )
     output = _output_of(harness, session_id, key.call_id)
@@ -393,9 +407,7 @@ def test_defect_02_a_claim_never_started_is_released_when_serve_times_out(
 
     session_id = harness.create_session()
     _wait_until(lambda: len(harness.wait_for_pending(session_id)) == 2, what="both calls")
-    keys = [
-        CallKey(session_id, a.turn_id, a.call_id) for a in harness.wait_for_pending(session_id)
-    ]
+    keys = [CallKey(session_id, a.turn_id, a.call_id) for a in harness.wait_for_pending(session_id)]
     with pytest.raises(TimeoutError):
         harness.serve(session_id, timeout=1.0)
 
@@ -422,7 +434,9 @@ def test_defect_01_failed_batch_after_restart_is_retried_not_a_crash(
     make_core: MakeCore, proxied: ProxiedHarness, tmp_path: Any
 ) -> None:
     core = make_core(
-        scenario=one_turn([FunctionCall("add", {"a": 1, "b": 2}), FunctionCall("add", {"a": 3, "b": 4})])
+        scenario=one_turn(
+            [FunctionCall("add", {"a": 1, "b": 2}), FunctionCall("add", {"a": 3, "b": 4})]
+        )
     )
     store_path = tmp_path / "calls.db"
     observer, proxy = proxied(core)
@@ -436,7 +450,7 @@ def test_defect_01_failed_batch_after_restart_is_retried_not_a_crash(
 
     def runner() -> Harness:
         harness = Harness(
-            _Upstream(proxy.base_url, observer.runner_api_key),
+            _via(proxy, observer.runner_api_key),
             observer.kind,
             store=SQLiteResultStore(store_path),
             shutdown_grace=0.5,
@@ -476,7 +490,8 @@ def test_defect_01_failed_batch_after_restart_is_retried_not_a_crash(
     assert len(runs.runs) == 2
     assert 503 in proxy.statuses(lambda m, p: m == "POST" and p.endswith("/events"))
     for call in applied_calls(observer.client, session_id).values():
-        assert call.output is not None and call.output.status == "completed"
+        assert call.output is not None
+        assert call.output.status == "completed"
 
 
 # -- defect 3: a refused result is rejected, kept, reported, never re-run --------------
@@ -512,12 +527,13 @@ def test_defect_03_refused_result_is_rejected_never_pruned_never_rerun(
 
     assert first.rejected == [key]
     record = harness.runner.store.get(key)
-    assert record is not None and record.state is CallState.REJECTED
+    assert record is not None
+    assert record.state is CallState.REJECTED
     assert harness.runner.store.prune(older_than=0) == 0
     assert harness.runner.store.get(key) is not None
 
     restarted = Harness(
-        _Upstream(proxy.base_url, harness.runner_api_key),
+        _via(proxy, harness.runner_api_key),
         harness.kind,
         store=SQLiteResultStore(store_path),
     )
@@ -580,11 +596,14 @@ def test_defect_09_409s_are_classified_by_code_and_transient_ones_retried(
     (action,) = harness.wait_for_pending(session_id)
     key = CallKey(session_id, action.turn_id, action.call_id)
 
-    report = _report_of(lambda: harness.serve(session_id, timeout=20 if expected == "applied" else 8))
+    report = _report_of(
+        lambda: harness.serve(session_id, timeout=20 if expected == "applied" else 8)
+    )
 
     assert len(runs.runs) == 1
     if expected == "applied":
-        assert report.abandoned == [] and report.conflicts == []
+        assert report.abandoned == []
+        assert report.conflicts == []
         assert _output_of(harness, session_id, key.call_id).status == "completed"
     else:
         assert getattr(report, expected) == [key]
@@ -638,10 +657,8 @@ def test_defect_05_function_ending_without_result_is_not_rerun_after_a_store_bli
 
     session_id = harness.create_session()
     for _ in range(2):
-        try:
+        with contextlib.suppress(SystemExit, TimeoutError):
             harness.serve(session_id, timeout=8)
-        except (SystemExit, TimeoutError):
-            pass
     harness.close()
     assert store.blips == 1, "the in-doubt mark was never attempted"
     assert len(runs.runs) == 1
@@ -686,7 +703,7 @@ def _serve_one_session_twice(make_core: MakeCore, make_harness: MakeHarness) -> 
     def serve() -> None:
         try:
             harness.serve(session_id, timeout=30)
-        except BaseException as error:  # noqa: BLE001 - reported below
+        except BaseException as error:
             errors.append(error)
 
     serves = [threading.Thread(target=serve) for _ in range(2)]
@@ -697,7 +714,8 @@ def _serve_one_session_twice(make_core: MakeCore, make_harness: MakeHarness) -> 
     assert not errors
     assert sorted(a for _, a in runs.runs) == [0, 1, 2, 3]
     for call in applied_calls(harness.client, session_id).values():
-        assert call.output is not None and call.output.status == "completed"
+        assert call.output is not None
+        assert call.output.status == "completed"
 
 
 # -- defect 7: two daemons on one event loop share SIGTERM handling --------------------
@@ -825,7 +843,8 @@ def test_defect_12_idempotent_function_crashing_its_process_is_rerun_at_most_max
         assert effects == ["s1"] * 3, codes
         assert codes == [-signal.SIGKILL] * 3 + [0]
         output = _output_of(harness, session_id, action.call_id)
-        assert output.status == "failed" and output.error == IN_DOUBT_ERROR
+        assert output.status == "failed"
+        assert output.error == IN_DOUBT_ERROR
     finally:
         harness.close()
 
@@ -905,7 +924,7 @@ def test_defect_10_fast_clock_worker_does_not_fail_a_call_another_worker_runs(
             key,
             function_name="charge",
             arguments_hash=arguments_hash(action.arguments),
-            owner="another-host:4242:feedface0000",
+            owner=REMOTE_OWNER,
             lease_seconds=60,
         )
         assert claim.won
@@ -925,12 +944,14 @@ def test_defect_10_fast_clock_worker_does_not_fail_a_call_another_worker_runs(
         assert json.loads(child.stdout.strip().splitlines()[-1]) == {"runs": [], "in_doubt": 0}
         assert applied_calls(harness.client, session_id)[key.call_id].output is None
         record = honest.get(key)
-        assert record is not None and record.state is CallState.STARTED
+        assert record is not None
+        assert record.state is CallState.STARTED
         # Marking in doubt is compare-and-set: no other worker can take a live claim,
         # and the holder cannot with a stale attempt count.
         assert honest.mark_in_doubt(key, owner="fast-host:1:0", expected_attempts=1) is False
-        assert honest.mark_in_doubt(key, owner=record.owner, expected_attempts=2) is False
+        assert honest.mark_in_doubt(key, owner=REMOTE_OWNER, expected_attempts=2) is False
         record = honest.get(key)
-        assert record is not None and record.state is CallState.STARTED
+        assert record is not None
+        assert record.state is CallState.STARTED
     finally:
         harness.close()
