@@ -254,27 +254,8 @@ def test_defect_11_lone_surrogate_in_arguments_never_crashes_serve_or_restart(
 
 @pytest.mark.parametrize(
     "arguments_json",
-    [
-        pytest.param(
-            LONE_SURROGATE_ARGUMENTS,
-            id="lone-surrogate",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="core v2 runs the function with the lone surrogate as an argument "
-                "(issue 11 asks for a failed 'Invalid arguments' result without running it)",
-            ),
-        ),
-        pytest.param(
-            DEEP_ARGUMENTS,
-            id="nested-1000-deep",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="RegisteredFunction.bind lets json.loads's RecursionError escape: the "
-                "call is treated as ended without a result (in doubt), nothing is posted "
-                "and serve times out",
-            ),
-        ),
-    ],
+    [LONE_SURROGATE_ARGUMENTS, DEEP_ARGUMENTS],
+    ids=["lone-surrogate", "nested-1000-deep"],
 )
 def test_defect_11_hostile_arguments_get_a_failed_result_without_running(
     make_core: MakeCore, proxied: ProxiedHarness, tmp_path: Any, arguments_json: str
