@@ -273,16 +273,7 @@ def test_defect_11_hostile_arguments_get_a_failed_result_without_running(
 @pytest.mark.parametrize(
     "value",
     [
-        pytest.param(
-            math.nan,
-            id="nan",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="_results._output encodes NaN with json.dumps(allow_nan=True): the "
-                "model gets a 'completed' output '{\"value\": NaN}' that is not JSON; the "
-                "allow_nan=False check runs on the already-encoded string",
-            ),
-        ),
+        pytest.param(math.nan, id="nan"),
         pytest.param("half a pair \ud800", id="lone-surrogate-result"),
     ],
 )
