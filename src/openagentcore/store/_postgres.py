@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ._base import Clock
-from ._exceptions import StoreClosedError, StoreSchemaError, StoreUnavailableError
+from ._exceptions import StoreClosedError, StoreKeyError, StoreSchemaError, StoreUnavailableError
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
 if TYPE_CHECKING:
@@ -128,6 +128,11 @@ class PostgresResultStore(SQLResultStore):
         self._schema = schema
         self._table_name = table
         self._operational_error: type[Exception] = psycopg.OperationalError
+        # Errors about the values, not the server: permanent, so never "unavailable".
+        self._value_errors: tuple[type[Exception], ...] = (
+            psycopg.DataError,
+            psycopg.errors.ProgramLimitExceeded,
+        )
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = (
             psycopg_pool.ConnectionPool(
                 dsn,
@@ -217,12 +222,24 @@ class PostgresResultStore(SQLResultStore):
             raise StoreClosedError(f"{self!r} is closed; open the store again")
         return self._pool
 
+    def _refused_value(self, exc: Exception) -> StoreKeyError:
+        # The driver's message can quote the value (an id of kilobytes); name the
+        # problem, not the data.
+        return StoreKeyError(
+            f"PostgreSQL cannot store this call in {self._schema}.{self._table_name}: "
+            f"{type(exc).__name__} ({_first_line(exc)}). Ids and function names must not "
+            "contain NUL characters, and ids must fit PostgreSQL's index (about 2,700 "
+            "bytes); this will not succeed on retry"
+        )
+
     @contextmanager
     def _transaction(self) -> Iterator[Transaction]:
         pool = self._open_pool()
         try:
             with pool.connection() as connection, connection.transaction():
                 yield _PostgresTransaction(connection)
+        except self._value_errors as exc:
+            raise self._refused_value(exc) from None
         except self._operational_error as exc:
             raise self._unavailable(exc) from exc
 
@@ -232,5 +249,12 @@ class PostgresResultStore(SQLResultStore):
         try:
             with pool.connection() as connection:
                 yield _PostgresTransaction(connection)
+        except self._value_errors as exc:
+            raise self._refused_value(exc) from None
         except self._operational_error as exc:
             raise self._unavailable(exc) from exc
+
+
+def _first_line(exc: Exception) -> str:
+    """The start of a driver message, short enough to log on every attempt."""
+    return str(exc).splitlines()[0][:200] if str(exc) else "no detail"
