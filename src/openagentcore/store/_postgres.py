@@ -23,6 +23,19 @@ __all__ = ["PostgresResultStore"]
 # short enough that the derived index and migrations table names fit in 63 bytes.
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
+#: A fixed-size digest of a call's key. A btree entry holds at most about 2.7 KB, so a
+#: primary key on the raw ids refuses the long ids a model can produce; uniqueness is
+#: enforced on this digest instead (length prefixes keep the concatenation
+#: unambiguous; md5 because index expressions must be immutable, and PostgreSQL's
+#: sha256 needs a bytea conversion that is not), and lookups use hash indexes, which
+#: have no size limit. A digest collision would need ids crafted by whoever already
+#: controls the calls, the server.
+_KEY_DIGEST = (
+    "md5(length(session_id)::text || ':' || session_id || ':' || "
+    "length(turn_id)::text || ':' || turn_id || ':' || call_id)"
+)
+_RAW_KEY_CONFLICT = "ON CONFLICT (session_id, turn_id, call_id)"
+
 
 #: The database server's time in Unix seconds; ``clock_timestamp()`` moves within a
 #: transaction, unlike ``now()``. In ``SELECT ... FOR UPDATE`` it is read with the row,
@@ -114,6 +127,11 @@ class PostgresResultStore(SQLResultStore):
             table=f'"{schema}"."{table}"',
             clock=time.time if clock is None else clock,
             now_sql=_DATABASE_NOW if clock is None else None,
+        )
+        if _RAW_KEY_CONFLICT not in self._insert_sql:
+            raise AssertionError("the claim INSERT no longer names the key; update _KEY_DIGEST")
+        self._insert_sql = self._insert_sql.replace(
+            _RAW_KEY_CONFLICT, f"ON CONFLICT (({_KEY_DIGEST}))"
         )
         settings = {
             "lock_timeout": _milliseconds(lock_timeout),
@@ -210,6 +228,23 @@ class PostgresResultStore(SQLResultStore):
                     f"INSERT INTO {migrations_table} (version, description) VALUES (%s, %s)",
                     (migration.version, migration.description),
                 )
+            self._index_keys_by_digest(tx)
+
+    def _index_keys_by_digest(self, tx: Transaction) -> None:
+        """Replace the primary key on the raw ids with a unique index on their digest
+        and hash indexes for lookups (see ``_KEY_DIGEST``). Idempotent: it runs on
+        every start, under the migration lock, and does nothing once done."""
+        table, prefix = self._table, self._table_name
+        primary = tx.query(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+            (table,),
+        )
+        if not primary:
+            return
+        tx.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{primary[0][0]}"')
+        tx.execute(f'CREATE UNIQUE INDEX "{prefix}_key_digest" ON {table} (({_KEY_DIGEST}))')
+        tx.execute(f'CREATE INDEX "{prefix}_call_id_hash" ON {table} USING hash (call_id)')
+        tx.execute(f'CREATE INDEX "{prefix}_session_id_hash" ON {table} USING hash (session_id)')
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:
         return StoreUnavailableError(
@@ -228,8 +263,7 @@ class PostgresResultStore(SQLResultStore):
         return StoreKeyError(
             f"PostgreSQL cannot store this call in {self._schema}.{self._table_name}: "
             f"{type(exc).__name__} ({_first_line(exc)}). Ids and function names must not "
-            "contain NUL characters, and ids must fit PostgreSQL's index (about 2,700 "
-            "bytes); this will not succeed on retry"
+            "contain NUL characters; this will not succeed on retry"
         )
 
     @contextmanager
