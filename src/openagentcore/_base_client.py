@@ -307,16 +307,6 @@ class _ClientCore:
         replayable = options.method != "POST" or options.keyed
         return self._policy(options).tenacity_kwargs(request, replayable=replayable)
 
-    def _check_declared_size(self, response: httpx.Response) -> None:
-        declared = response.headers.get("content-length", "")
-        limit = self.response_limits.max_body_bytes
-        if (
-            declared.isdigit()
-            and int(declared) > limit
-            and "content-encoding" not in response.headers
-        ):
-            raise self._too_large(response)
-
     def _too_large(self, response: httpx.Response) -> ResponseTooLargeError:
         limit = self.response_limits.max_body_bytes
         return ResponseTooLargeError(
@@ -504,7 +494,6 @@ class SyncTransport(_ClientCore):
         return response
 
     def _read(self, response: httpx.Response) -> bytes:
-        self._check_declared_size(response)
         limit = self.response_limits.max_body_bytes
         data = bytearray()
         try:
@@ -627,7 +616,6 @@ class AsyncTransport(_ClientCore):
         return response
 
     async def _read(self, response: httpx.Response) -> bytes:
-        self._check_declared_size(response)
         limit = self.response_limits.max_body_bytes
         data = bytearray()
         try:
