@@ -35,10 +35,12 @@ class RawResponse(Generic[T]):
 
     @property
     def headers(self) -> httpx.Headers:
+        """The response's HTTP headers."""
         return self.response.headers
 
     @property
     def status_code(self) -> int:
+        """The HTTP status, always a 2xx here."""
         return self.response.status_code
 
     @property

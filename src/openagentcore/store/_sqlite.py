@@ -140,6 +140,7 @@ class SQLiteResultStore(SQLResultStore):
         return self._path
 
     def get(self, key: CallKey) -> CallRecord | None:
+        """The call's record, or ``None``; a damaged row raises ``StoreCorruptError``."""
         with self._naming_damage():
             return super().get(key)
 
@@ -150,6 +151,8 @@ class SQLiteResultStore(SQLResultStore):
         states: Iterable[CallState] | None = None,
         limit: int | None = None,
     ) -> list[CallRecord]:
+        """Records matching the filters, oldest first; a damaged row raises
+        ``StoreCorruptError``."""
         with self._naming_damage():
             return super().find(session_id=session_id, states=states, limit=limit)
 
