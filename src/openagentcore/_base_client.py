@@ -596,14 +596,16 @@ class AsyncTransport(_ClientCore):
         """Send with retries and read the whole answer within one deadline per attempt."""
         request = self._http.build_request(**self._build_kwargs(options))
         async for attempt in tenacity.AsyncRetrying(**self._retrying(options, request)):
-            with attempt, deadline(self._deadline(options)):
-                # The slot covers the connection until the body is read.
+            with attempt:
+                # The slot covers the connection until the body is read; the deadline
+                # starts once a slot is free, so queueing behind others does not count.
                 async with self._slot():
-                    response = await self._send_once(request, stream=False)
-                    try:
-                        data = await self._read(response)
-                    finally:
-                        await response.aclose()
+                    with deadline(self._deadline(options)):
+                        response = await self._send_once(request, stream=False)
+                        try:
+                            data = await self._read(response)
+                        finally:
+                            await response.aclose()
         return None if parse is None else self._decode(response, data, parse)
 
     async def send(self, options: RequestOptions) -> httpx.Response:
