@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import logging
 import ssl
 import time
 import urllib.request
@@ -42,7 +41,6 @@ __all__ = [
     "new_sync_http_client",
 ]
 
-logger = logging.getLogger("openagentcore")
 
 #: Unread bytes at which a connection stops reading from the socket until consumed.
 _HIGH_WATER = 256 * 1024
