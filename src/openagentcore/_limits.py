@@ -20,8 +20,10 @@ _MIB = 1024 * 1024
 _BRACKET_DEPTH = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 #: Every byte except the four brackets, for ``bytes.translate(None, delete=...)``.
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKET_DEPTH)
-#: A JSON string (where brackets do not count).
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+#: A JSON string (where brackets do not count). The closing quote is optional so that an
+#: unterminated string matches to the end instead of failing and being rescanned from
+#: every escaped quote inside it, which would take quadratic time.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"?', re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)

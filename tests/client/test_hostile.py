@@ -440,6 +440,20 @@ async def test_deep_json_in_an_error_body_still_gives_the_status_error(
     assert isinstance(caught.value.body, str)
 
 
+async def test_measuring_depth_takes_linear_time_on_unterminated_strings(
+    kind: str, opened: list[AnyClient]
+) -> None:
+    """Many brackets, then a string that never ends and is full of escaped quotes: a
+    scan that restarts at every quote takes minutes here (quadratic), a linear one
+    milliseconds. The suite's 120 s timeout is the bound, so load cannot flake it."""
+    body = b"[" * 300 + b'"' + b'\\"' * 300_000
+    with hostile.serving(hostile.answer(200, body)) as server:
+        client = make(kind, server.url)
+        opened.append(client)
+        with pytest.raises(APIResponseValidationError, match="nested 300 deep"):
+            await resolve(client.sessions.retrieve("se_1"))
+
+
 async def test_json_within_the_depth_limit_parses(kind: str, opened: list[AnyClient]) -> None:
     session = {**copy.deepcopy(SESSION), "metadata": {"deep": "[" * 5000}}
     with hostile.serving(hostile.answer(200, session)) as server:
