@@ -70,6 +70,7 @@ class _SSEParser:
         self._event = ""
         self._data: list[str] = []
         self._size = 0
+        self._unscanned = 0
 
     def feed(self, chunk: bytes) -> tuple[list[_Frame], bool]:
         self._buffer += chunk
@@ -77,13 +78,16 @@ class _SSEParser:
         ended = False
         start = 0
         buffer = self._buffer
+        # The bytes before _unscanned hold no line end (bar a trailing CR): a long line
+        # arriving in many chunks is scanned once, not once per chunk.
+        search_at = self._unscanned
         while True:
-            match = _LINE_END.search(buffer, start)
+            match = _LINE_END.search(buffer, search_at)
             # A lone CR at the end may be the first half of CRLF: wait for more.
             if match is None or (match.group() == b"\r" and match.end() == len(buffer)):
                 break
             line = bytes(buffer[start : match.start()])
-            start = match.end()
+            start = search_at = match.end()
             if not line:
                 ended = True
                 if self._data:
@@ -93,6 +97,7 @@ class _SSEParser:
             self._size += len(line)
             self._field(line.decode("utf-8", errors="replace"))
         del buffer[:start]
+        self._unscanned = max(len(buffer) - 1, 0)
         if self._size + len(buffer) > self._limit:
             raise ValueError(f"an event is larger than {self._limit} bytes")
         return frames, ended
