@@ -322,9 +322,13 @@ def test_an_endless_line_is_scanned_once_not_once_per_chunk() -> None:
     parser = _SSEParser(ResponseLimits().max_event_bytes)
     parser.feed(b"data: ")
     chunk = b"x" * 65536
-    with pytest.raises(ValueError, match="larger than"):
+
+    def feed_until_refused() -> None:
         for _ in range(2000):
             parser.feed(chunk)
+
+    with pytest.raises(ValueError, match="larger than"):
+        feed_until_refused()
 
 
 async def test_the_default_limits_accept_the_contracts_largest_answers() -> None:
