@@ -4,7 +4,7 @@ Start with :class:`Client` (or :class:`AsyncClient`) and :class:`FunctionRunner`
 :class:`AsyncFunctionRunner`); run ``openagentcore dev`` for a local server.
 """
 
-from ._client import AsyncClient, Client
+from ._client import AsyncClient, Client, RawResponse
 from ._errors import (
     AdmissionError,
     APIConnectionError,
@@ -20,10 +20,13 @@ from ._errors import (
     OpenAgentCoreError,
     PermissionDeniedError,
     RateLimitError,
+    RedirectError,
+    ResponseTooLargeError,
     ServiceUnavailableError,
     StreamError,
     UnprocessableEntityError,
 )
+from ._limits import ResponseLimits
 from ._pagination import AsyncPage, SyncPage
 from ._retry import RetryPolicy
 from ._streaming import (
@@ -32,6 +35,7 @@ from ._streaming import (
     CreationEventStream,
     EventStream,
 )
+from .resources._base import CallOptions
 from .runner import (
     AsyncFunctionRunner,
     CallContext,
@@ -76,6 +80,7 @@ __all__ = [
     "BadRequestError",
     "CallContext",
     "CallKey",
+    "CallOptions",
     "CallRecord",
     "CallState",
     "Cancellation",
@@ -93,6 +98,10 @@ __all__ = [
     "PermissionDeniedError",
     "PostgresResultStore",
     "RateLimitError",
+    "RawResponse",
+    "RedirectError",
+    "ResponseLimits",
+    "ResponseTooLargeError",
     "ResultStore",
     "RetryPolicy",
     "RunnerError",

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import copy
+import dataclasses
 import functools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -22,21 +25,28 @@ import pydantic
 import tenacity
 
 from ._errors import (
+    APIError,
     APIResponseValidationError,
+    APIStatusError,
     OpenAgentCoreError,
+    ResponseTooLargeError,
     _transport_error,
     status_error,
 )
-from ._network import new_async_http_client
+from ._limits import ResponseLimits, load_json
+from ._network import deadline, new_async_http_client, new_sync_http_client
 from ._retry import RetryPolicy
 
 __all__ = [
     "API_KEY_ENV",
     "BASE_URL_ENV",
     "DEFAULT_TIMEOUT",
+    "STREAM_SETTINGS",
     "AsyncTransport",
     "RequestOptions",
+    "StreamSettings",
     "SyncTransport",
+    "capture_responses",
 ]
 
 T = TypeVar("T")
@@ -61,13 +71,22 @@ MAX_CONCURRENT_ASYNC_REQUESTS = 16
 _URL_CACHE_SIZE = 1024
 MAX_IDEMPOTENCY_KEY_BYTES = 128
 _BETA_HEADER = ("OpenAI-Beta", "agents=v1")
+#: Key under which a streaming response's ``extensions`` carry its :class:`StreamSettings`.
+STREAM_SETTINGS = "openagentcore.stream_settings"
 
 logger = logging.getLogger("openagentcore")
 
 
 @dataclass(frozen=True, slots=True)
 class RequestOptions:
-    """One logical API call; retries reuse it unchanged, idempotency key included."""
+    """One logical API call; retries reuse it unchanged, idempotency key included.
+
+    ``keyed`` marks the two routes whose ``Idempotency-Key`` the contract honours
+    (Session creation and event submission): only they get an automatic key, and only
+    they are POSTs that may be retried after the server could have admitted them.
+    The ``extra_*``, ``timeout`` and ``max_retries`` fields are the caller's
+    per-request options.
+    """
 
     method: str
     path: str
@@ -77,6 +96,38 @@ class RequestOptions:
     idempotency_key: str | None = None
     stream: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
+    keyed: bool = False
+    timeout: float | httpx.Timeout | None = None
+    max_retries: int | None = None
+    extra_headers: Mapping[str, str] | None = None
+    extra_query: Mapping[str, Any] | None = None
+    extra_body: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """What an event stream needs from its client: limits and the idle bound."""
+
+    limits: ResponseLimits
+    #: Seconds within which each event (or keepalive) must arrive complete.
+    idle_timeout: float
+
+
+#: Where :func:`capture_responses` collects the successful responses of this context.
+_captured: contextvars.ContextVar[list[httpx.Response] | None] = contextvars.ContextVar(
+    "openagentcore_captured", default=None
+)
+
+
+@contextlib.contextmanager
+def capture_responses() -> Iterator[list[httpx.Response]]:
+    """Collect every successful HTTP response sent in this context (``with_raw_response``)."""
+    responses: list[httpx.Response] = []
+    token = _captured.set(responses)
+    try:
+        yield responses
+    finally:
+        _captured.reset(token)
 
 
 def new_idempotency_key() -> str:
@@ -103,6 +154,10 @@ def check_idempotency_key(key: str) -> str:
 class _ClientCore:
     """Configuration and the pure parts of a request's life."""
 
+    #: Whether ``close`` closes the HTTP clients: not when they were passed in, nor in
+    #: a ``with_options`` copy, which shares its original's.
+    _owns_http: bool
+
     def __init__(
         self,
         *,
@@ -111,6 +166,8 @@ class _ClientCore:
         timeout: float | httpx.Timeout | None,
         max_retries: int,
         default_headers: Mapping[str, str] | None,
+        retry_policy: RetryPolicy | None = None,
+        response_limits: ResponseLimits | None = None,
     ) -> None:
         api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         if not api_key:
@@ -118,6 +175,7 @@ class _ClientCore:
                 f"No API key: pass api_key= or set {API_KEY_ENV}. "
                 "For the local emulator use the key `openagentcore dev` prints."
             )
+        _check_api_key(api_key)
         base_url = base_url if base_url is not None else os.environ.get(BASE_URL_ENV)
         if not base_url:
             raise OpenAgentCoreError(
@@ -134,17 +192,45 @@ class _ClientCore:
         self._url: Callable[[str], httpx.URL] = functools.lru_cache(maxsize=_URL_CACHE_SIZE)(
             self._join
         )
-        if timeout is None:
-            self.timeout = DEFAULT_TIMEOUT
-        elif isinstance(timeout, httpx.Timeout):
-            self.timeout = timeout
-        else:
-            self.timeout = httpx.Timeout(timeout, connect=min(timeout, 5.0))
-        self.retry_policy = RetryPolicy(max_retries=max_retries)
+        self.timeout = _as_timeout(timeout)
+        self.retry_policy = retry_policy or RetryPolicy(max_retries=max_retries)
+        self.response_limits = response_limits or ResponseLimits()
         self._default_headers = dict(default_headers or {})
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(base_url={str(self.base_url)!r})"
+        return f"{type(self).__name__}(base_url={str(self.display_url)!r})"
+
+    @property
+    def display_url(self) -> httpx.URL:
+        """The base URL as safe to show: without user info (it may hold a password)."""
+        return self.base_url.copy_with(userinfo=b"")
+
+    def _configured_copy(
+        self,
+        *,
+        timeout: float | httpx.Timeout | None,
+        max_retries: int | None,
+        retry_policy: RetryPolicy | None,
+        default_headers: Mapping[str, str] | None,
+        response_limits: ResponseLimits | None,
+    ) -> Any:
+        """A shallow copy sharing the HTTP connections, with other settings replaced.
+
+        The copy never closes the connections: they belong to the original.
+        """
+        clone = copy.copy(self)
+        clone._owns_http = False
+        if timeout is not None:
+            clone.timeout = _as_timeout(timeout)
+        if retry_policy is not None:
+            clone.retry_policy = retry_policy
+        if max_retries is not None:
+            clone.retry_policy = dataclasses.replace(clone.retry_policy, max_retries=max_retries)
+        if default_headers is not None:
+            clone._default_headers = {**self._default_headers, **default_headers}
+        if response_limits is not None:
+            clone.response_limits = response_limits
+        return clone
 
     def _headers(self, options: RequestOptions, idempotency_key: str | None) -> dict[str, str]:
         from . import __version__
@@ -156,6 +242,7 @@ class _ClientCore:
             "User-Agent": f"openagentcore-python/{__version__}",
             **self._default_headers,
             **options.headers,
+            **(options.extra_headers or {}),
         }
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
@@ -164,77 +251,126 @@ class _ClientCore:
     def _idempotency_key(self, options: RequestOptions) -> str | None:
         if options.idempotency_key is not None:
             return check_idempotency_key(options.idempotency_key)
-        # A POST without a key could run twice on a retry; with one, the server
-        # recognises the repeat. One key per logical call, reused on every retry.
-        return new_idempotency_key() if options.method == "POST" else None
+        # On the routes that honour it, a key lets the server recognise a retried POST.
+        # One key per logical call, reused on every retry. Other routes ignore the
+        # header, so sending one there would only pretend to protect a retry.
+        return new_idempotency_key() if options.keyed and options.method == "POST" else None
 
     def _join(self, path: str) -> httpx.URL:
         return self.base_url.join(path.lstrip("/"))
 
+    def _timeout(self, options: RequestOptions) -> httpx.Timeout:
+        timeout = self.timeout if options.timeout is None else _as_timeout(options.timeout)
+        if options.stream:
+            return httpx.Timeout(
+                timeout.connect,
+                read=STREAM_READ_TIMEOUT,
+                write=timeout.write,
+                connect=timeout.connect,
+                pool=timeout.pool,
+            )
+        return timeout
+
+    def _deadline(self, options: RequestOptions) -> float | None:
+        """Seconds one attempt may take from connecting to its last body byte (for a
+        stream: to its headers): the largest of the configured timeouts."""
+        timeout = self.timeout if options.timeout is None else _as_timeout(options.timeout)
+        bounds = [t for t in (timeout.connect, timeout.read, timeout.write) if t is not None]
+        return max(bounds) if bounds else None
+
+    def _policy(self, options: RequestOptions) -> RetryPolicy:
+        if options.max_retries is None:
+            return self.retry_policy
+        return dataclasses.replace(self.retry_policy, max_retries=options.max_retries)
+
     def _build_kwargs(self, options: RequestOptions) -> dict[str, Any]:
+        params = _clean_params(options.params)
+        if options.extra_query:
+            params = {**(params or {}), **options.extra_query}
         kwargs: dict[str, Any] = {
             "method": options.method,
             "url": self._url(options.path),
-            "params": _clean_params(options.params),
+            "params": params,
             "headers": self._headers(options, self._idempotency_key(options)),
+            "timeout": self._timeout(options),
         }
-        if options.has_body:
-            kwargs["json"] = options.body
-        if options.stream:
-            kwargs["timeout"] = httpx.Timeout(
-                self.timeout.connect,
-                read=STREAM_READ_TIMEOUT,
-                write=self.timeout.write,
-                connect=self.timeout.connect,
-                pool=self.timeout.pool,
-            )
+        if options.has_body or options.extra_body:
+            payload = options.body if options.has_body else {}
+            if options.extra_body:
+                if not isinstance(payload, Mapping):
+                    raise TypeError("extra_body needs a request whose body is a JSON object")
+                payload = {**payload, **dump_json(options.extra_body)}
+            kwargs["json"] = payload
         return kwargs
 
-    @staticmethod
-    def _error_body(response: httpx.Response) -> object:
-        try:
-            return response.json()
-        except ValueError:
-            return response.text
+    def _retrying(self, options: RequestOptions, request: httpx.Request) -> dict[str, Any]:
+        replayable = options.method != "POST" or options.keyed
+        return self._policy(options).tenacity_kwargs(request, replayable=replayable)
 
-    @staticmethod
-    def _decode(response: httpx.Response, parse: Callable[[Any], T] | None) -> T | None:
-        if parse is None:
-            return None
-        if not response.content:
+    def _too_large(self, response: httpx.Response) -> ResponseTooLargeError:
+        limit = self.response_limits.max_body_bytes
+        return ResponseTooLargeError(
+            f"The response to {response.request.method} {response.request.url.path} is larger "
+            f"than {limit} bytes (ResponseLimits.max_body_bytes); it was not read",
+            response=response,
+            body=None,
+        )
+
+    def _status_error(self, response: httpx.Response, data: bytes) -> APIStatusError:
+        buffered = _buffered(response, data)
+        error = status_error(buffered, self._error_body(data))
+        if (
+            error.status_code == 404
+            and error.code == "unsupported_operation"
+            and not self.base_url.path.rstrip("/").endswith("/v1")
+        ):
+            hint = self.display_url.join("v1")
+            error.message += f" (base_url has no /v1 at its end: did you mean {str(hint)!r}?)"
+        return error
+
+    def _error_body(self, data: bytes) -> object:
+        try:
+            return load_json(data, self.response_limits.max_json_depth)
+        except ValueError:
+            return data.decode("utf-8", errors="replace")
+
+    def _decode(self, response: httpx.Response, data: bytes, parse: Callable[[Any], T]) -> T:
+        request = response.request
+        where = f"{request.method} {request.url.path}"
+        if not data:
             raise APIResponseValidationError(
-                f"Expected a JSON body from {response.request.method} "
-                f"{response.request.url.path}, got an empty {response.status_code} response",
+                f"Expected a JSON body from {where}, got an empty {response.status_code} response",
                 response=response,
                 body=None,
             )
         try:
-            body = response.json()
+            body = load_json(data, self.response_limits.max_json_depth)
         except ValueError as exc:
+            content_type = response.headers.get("content-type", "no content type")
             raise APIResponseValidationError(
-                f"Expected JSON from {response.request.method} {response.request.url.path}, "
-                f"got {response.headers.get('content-type', 'no content type')}",
-                response=response,
-                body=response.text,
+                f"Expected JSON from {where}, got {content_type}: {exc}",
+                response=_buffered(response, data),
+                body=data.decode("utf-8", errors="replace"),
             ) from exc
         try:
             return parse(body)
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "<root>"
+            loc = ".".join(str(part) for part in first["loc"]) or "<root>"
             raise APIResponseValidationError(
-                f"Unexpected response shape from {response.request.method} "
-                f"{response.request.url.path}: {where}: {first['msg']}",
-                response=response,
+                f"Unexpected response shape from {where}: {loc}: {first['msg']}",
+                response=_buffered(response, data),
                 body=body,
             ) from exc
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise APIResponseValidationError(
-                f"Unexpected response shape from {response.request.method} "
-                f"{response.request.url.path}: {exc}",
-                response=response,
+                f"Unexpected response shape from {where}: {exc}",
+                response=_buffered(response, data),
                 body=body,
             ) from exc
+
+    def _stream_settings(self) -> StreamSettings:
+        return StreamSettings(self.response_limits, STREAM_READ_TIMEOUT)
 
     @staticmethod
     def _log(response: httpx.Response) -> None:
@@ -245,6 +381,49 @@ class _ClientCore:
             response.status_code,
             response.headers.get("x-request-id"),
         )
+
+    @staticmethod
+    def _captured(response: httpx.Response) -> None:
+        responses = _captured.get()
+        if responses is not None:
+            responses.append(response)
+
+
+def _check_api_key(api_key: str) -> None:
+    """Refuse a key that cannot travel in a header, without ever echoing it."""
+    if api_key != api_key.strip() or not (api_key.isascii() and api_key.isprintable()):
+        raise OpenAgentCoreError(
+            "The API key has surrounding whitespace, a line break, a control character or "
+            "non-ASCII text, so it cannot be sent in an HTTP header. Check where it comes "
+            "from (a trailing newline in a file, a pasted quote) and pass the bare key."
+        )
+    if " " in api_key:
+        raise OpenAgentCoreError("The API key contains a space; pass the bare key.")
+
+
+def _as_timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout:
+    if timeout is None:
+        return DEFAULT_TIMEOUT
+    if isinstance(timeout, httpx.Timeout):
+        return timeout
+    return httpx.Timeout(timeout, connect=min(timeout, 5.0))
+
+
+def _buffered(response: httpx.Response, data: bytes) -> httpx.Response:
+    """A read copy of a streamed ``response`` whose body is ``data`` (already decoded),
+    so errors can offer ``.text`` and ``.json()``."""
+    headers = [
+        (name, value)
+        for name, value in response.headers.multi_items()
+        if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx.Response(
+        response.status_code,
+        headers=headers,
+        content=data,
+        request=response.request,
+        extensions=response.extensions,
+    )
 
 
 def _clean_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -265,6 +444,8 @@ class SyncTransport(_ClientCore):
         max_retries: int,
         default_headers: Mapping[str, str] | None,
         http_client: httpx.Client | None,
+        retry_policy: RetryPolicy | None = None,
+        response_limits: ResponseLimits | None = None,
     ) -> None:
         super().__init__(
             api_key=api_key,
@@ -272,42 +453,74 @@ class SyncTransport(_ClientCore):
             timeout=timeout,
             max_retries=max_retries,
             default_headers=default_headers,
+            retry_policy=retry_policy,
+            response_limits=response_limits,
         )
         self._owns_http = http_client is None
-        self._http = http_client or httpx.Client(timeout=self.timeout)
-        self._stream_http = http_client or httpx.Client(
-            timeout=self.timeout, limits=STREAM_CONNECTION_LIMITS
+        if http_client is not None:
+            self._http = self._stream_http = http_client
+            return
+        ssl_context = httpx.create_ssl_context()
+        self._http = new_sync_http_client(
+            timeout=self.timeout, limits=httpx.Limits(), ssl_context=ssl_context
+        )
+        self._stream_http = new_sync_http_client(
+            timeout=self.timeout, limits=STREAM_CONNECTION_LIMITS, ssl_context=ssl_context
         )
 
+    def with_options(self, **changes: Any) -> SyncTransport:
+        clone: SyncTransport = self._configured_copy(**changes)
+        return clone
+
     def request(self, options: RequestOptions, parse: Callable[[Any], T] | None) -> T | None:
-        response = self.send(options)
-        try:
-            response.read()
-            return self._decode(response, parse)
-        finally:
-            response.close()
+        """Send with retries and read the whole answer within one deadline per attempt."""
+        request = self._http.build_request(**self._build_kwargs(options))
+        for attempt in tenacity.Retrying(**self._retrying(options, request)):
+            with attempt, deadline(self._deadline(options)):
+                response = self._send_once(request, stream=False)
+                try:
+                    data = self._read(response)
+                finally:
+                    response.close()
+        return None if parse is None else self._decode(response, data, parse)
 
     def send(self, options: RequestOptions) -> httpx.Response:
-        """Send with retries; returns a successful response (streaming if asked)."""
+        """Send with retries; returns a successful streaming response."""
         request = self._http.build_request(**self._build_kwargs(options))
-        for attempt in tenacity.Retrying(**self.retry_policy.tenacity_kwargs(request)):
-            with attempt:
-                return self._send_once(request, stream=options.stream)
-        raise AssertionError("tenacity returned without an outcome")  # pragma: no cover
+        for attempt in tenacity.Retrying(**self._retrying(options, request)):
+            with attempt, deadline(self._deadline(options)):
+                response = self._send_once(request, stream=True)
+        response.extensions = {**response.extensions, STREAM_SETTINGS: self._stream_settings()}
+        return response
+
+    def _read(self, response: httpx.Response) -> bytes:
+        limit = self.response_limits.max_body_bytes
+        data = bytearray()
+        try:
+            for chunk in response.iter_bytes():
+                data += chunk
+                if len(data) > limit:
+                    raise self._too_large(response)
+        except httpx.TransportError as exc:
+            raise _transport_error(exc, response.request) from exc
+        return bytes(data)
 
     def _send_once(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
+        http = self._stream_http if stream else self._http
         try:
-            http = self._stream_http if stream else self._http
-            response = http.send(request, stream=stream)
+            response = http.send(request, stream=True, follow_redirects=False)
         except httpx.TransportError as exc:
             raise _transport_error(exc, request) from exc
         self._log(response)
-        if response.status_code >= 400:
+        if not 200 <= response.status_code < 300:
             try:
-                response.read()
+                data = self._read(response)
+            except APIError:
+                data = b""
             finally:
                 response.close()
-            raise status_error(response, self._error_body(response))
+            raise self._status_error(response, data)
+        self._captured(response)
         return response
 
     def close(self) -> None:
@@ -328,6 +541,9 @@ class AsyncTransport(_ClientCore):
         max_retries: int,
         default_headers: Mapping[str, str] | None,
         http_client: httpx.AsyncClient | None,
+        retry_policy: RetryPolicy | None = None,
+        response_limits: ResponseLimits | None = None,
+        native_asyncio: bool = True,
     ) -> None:
         super().__init__(
             api_key=api_key,
@@ -335,13 +551,14 @@ class AsyncTransport(_ClientCore):
             timeout=timeout,
             max_retries=max_retries,
             default_headers=default_headers,
+            retry_policy=retry_policy,
+            response_limits=response_limits,
         )
         self._owns_http = http_client is None
-        self._request_slots: contextlib.AbstractAsyncContextManager[Any]
+        self._request_slots: asyncio.Semaphore | None = None
         if http_client is not None:
             # A client passed in serves requests and streams alike, with its own limits.
             self._http = self._stream_http = http_client
-            self._request_slots = contextlib.nullcontext()
             return
         ssl_context = httpx.create_ssl_context()  # the CA bundle, loaded once for both
         self._http = new_async_http_client(
@@ -351,45 +568,83 @@ class AsyncTransport(_ClientCore):
                 max_keepalive_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
             ),
             ssl_context=ssl_context,
+            native_asyncio=native_asyncio,
         )
         self._stream_http = new_async_http_client(
-            timeout=self.timeout, limits=STREAM_CONNECTION_LIMITS, ssl_context=ssl_context
+            timeout=self.timeout,
+            limits=STREAM_CONNECTION_LIMITS,
+            ssl_context=ssl_context,
+            native_asyncio=native_asyncio,
         )
         self._request_slots = asyncio.Semaphore(MAX_CONCURRENT_ASYNC_REQUESTS)
 
-    async def request(self, options: RequestOptions, parse: Callable[[Any], T] | None) -> T | None:
-        response = await self.send(options)
+    def with_options(self, **changes: Any) -> AsyncTransport:
+        clone: AsyncTransport = self._configured_copy(**changes)
+        return clone
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A request slot on asyncio; under another loop (trio) the pool's limit does."""
+        if self._request_slots is None:
+            return contextlib.nullcontext()
         try:
-            await response.aread()
-            return self._decode(response, parse)
-        finally:
-            await response.aclose()
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return contextlib.nullcontext()
+        return self._request_slots
+
+    async def request(self, options: RequestOptions, parse: Callable[[Any], T] | None) -> T | None:
+        """Send with retries and read the whole answer within one deadline per attempt."""
+        request = self._http.build_request(**self._build_kwargs(options))
+        async for attempt in tenacity.AsyncRetrying(**self._retrying(options, request)):
+            with attempt:
+                # The slot covers the connection until the body is read; the deadline
+                # starts once a slot is free, so queueing behind others does not count.
+                async with self._slot():
+                    with deadline(self._deadline(options)):
+                        response = await self._send_once(request, stream=False)
+                        try:
+                            data = await self._read(response)
+                        finally:
+                            await response.aclose()
+        return None if parse is None else self._decode(response, data, parse)
 
     async def send(self, options: RequestOptions) -> httpx.Response:
-        """Send with retries; returns a successful response (streaming if asked)."""
+        """Send with retries; returns a successful streaming response."""
         request = self._http.build_request(**self._build_kwargs(options))
-        async for attempt in tenacity.AsyncRetrying(**self.retry_policy.tenacity_kwargs(request)):
-            with attempt:
-                return await self._send_once(request, stream=options.stream)
-        raise AssertionError("tenacity returned without an outcome")  # pragma: no cover
+        async for attempt in tenacity.AsyncRetrying(**self._retrying(options, request)):
+            with attempt, deadline(self._deadline(options)):
+                response = await self._send_once(request, stream=True)
+        response.extensions = {**response.extensions, STREAM_SETTINGS: self._stream_settings()}
+        return response
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        limit = self.response_limits.max_body_bytes
+        data = bytearray()
+        try:
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > limit:
+                    raise self._too_large(response)
+        except httpx.TransportError as exc:
+            raise _transport_error(exc, response.request) from exc
+        return bytes(data)
 
     async def _send_once(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
+        http = self._stream_http if stream else self._http
         try:
-            if stream:
-                response = await self._stream_http.send(request, stream=True)
-            else:
-                # The body is read before send returns, so the slot covers the connection.
-                async with self._request_slots:
-                    response = await self._http.send(request)
+            response = await http.send(request, stream=True, follow_redirects=False)
         except httpx.TransportError as exc:
             raise _transport_error(exc, request) from exc
         self._log(response)
-        if response.status_code >= 400:
+        if not 200 <= response.status_code < 300:
             try:
-                await response.aread()
+                data = await self._read(response)
+            except APIError:
+                data = b""
             finally:
                 await response.aclose()
-            raise status_error(response, self._error_body(response))
+            raise self._status_error(response, data)
+        self._captured(response)
         return response
 
     async def close(self) -> None:

@@ -27,6 +27,8 @@ __all__ = [
     "OpenAgentCoreError",
     "PermissionDeniedError",
     "RateLimitError",
+    "RedirectError",
+    "ResponseTooLargeError",
     "ServiceUnavailableError",
     "StreamError",
     "UnprocessableEntityError",
@@ -94,12 +96,22 @@ class APIError(OpenAgentCoreError):
 
 
 class APIConnectionError(APIError):
-    """The request never got an HTTP answer: DNS, refused connection, reset, protocol error."""
+    """The request never got an HTTP answer: DNS, refused connection, reset, protocol error.
+
+    ``request_sent`` is ``False`` only when the failure happened before any byte of the
+    request left (the connection could not be opened), so the server cannot have acted
+    on it; that is what makes retrying a request without an idempotency key safe.
+    """
 
     def __init__(
-        self, *, request: httpx.Request | None, message: str = "Connection error."
+        self,
+        *,
+        request: httpx.Request | None,
+        message: str = "Connection error.",
+        request_sent: bool = True,
     ) -> None:
         super().__init__(message, request=request)
+        self.request_sent = request_sent
 
 
 class APITimeoutError(APIConnectionError):
@@ -117,6 +129,15 @@ class APIResponseValidationError(APIError):
         self.response = response
         self.status_code = response.status_code
         self.body = body
+
+
+class ResponseTooLargeError(APIResponseValidationError):
+    """A response body or one stream event exceeded the client's size limit.
+
+    The rest of the answer was not read. Raise the limit with
+    ``Client(response_limits=ResponseLimits(...))`` if the server is trusted and the
+    answer is legitimately that large.
+    """
 
 
 class StreamError(APIError):
@@ -159,6 +180,19 @@ class APIStatusError(APIError):
         suffix = f" ({details})" if details else ""
         rid = f" [request id {self.request_id}]" if self.request_id else ""
         return f"{self.status_code}: {self.message}{suffix}{rid}"
+
+
+class RedirectError(APIStatusError):
+    """3xx: the server answered with a redirect, which the client never follows.
+
+    A redirect is never success: a redirected ``POST`` was not applied. ``location`` is
+    the target the server named; if it is right, point ``base_url`` at it.
+    """
+
+    @property
+    def location(self) -> str | None:
+        """The ``Location`` the server named, without any user info in it."""
+        return _without_userinfo(_str_or_none(self.response.headers.get("location")))
 
 
 class BadRequestError(APIStatusError):
@@ -252,16 +286,48 @@ def status_error(response: httpx.Response, body: object) -> APIStatusError:
         f"HTTP {response.status_code} from {response.request.method} {response.request.url.path}"
     )
     cls = _BY_STATUS.get(response.status_code)
-    if cls is None:
+    if 300 <= response.status_code < 400:
+        location = response.headers.get("location")
+        message = (
+            f"HTTP {response.status_code} redirect from {response.request.method} "
+            f"{response.request.url.path} to {_without_userinfo(location)!r}: redirects are "
+            "never followed; check base_url"
+        )
+        cls = RedirectError
+    elif cls is None:
         cls = InternalServerError if response.status_code >= 500 else APIStatusError
     return cls(message, response=response, body=body)
 
 
+#: Failures that happen before a single byte of the request is written.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
 def _transport_error(exc: httpx.TransportError, request: httpx.Request) -> APIConnectionError:
-    """Wrap an httpx failure; its text can hold the URL but never a header."""
+    """Wrap an httpx failure; the message names the host and port, never a header."""
+    sent = not isinstance(exc, _NOT_SENT)
     if isinstance(exc, httpx.TimeoutException):
-        return APITimeoutError(request=request)
-    return APIConnectionError(request=request, message=f"Connection error: {type(exc).__name__}")
+        error: APIConnectionError = APITimeoutError(request=request)
+        error.request_sent = sent
+        return error
+    url = request.url
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return APIConnectionError(
+        request=request,
+        message=f"Connection error: {type(exc).__name__} talking to {url.host}:{port}"
+        + (f" ({exc})" if isinstance(exc, httpx.ConnectError) and str(exc) else ""),
+        request_sent=sent,
+    )
+
+
+def _without_userinfo(location: str | None) -> str | None:
+    """A redirect target as safe to show: user info (a password) dropped."""
+    if location is None:
+        return None
+    try:
+        return str(httpx.URL(location).copy_with(userinfo=b""))
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "<unparseable Location>"
 
 
 def _error_object(body: object) -> dict[str, Any]:

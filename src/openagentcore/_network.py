@@ -8,25 +8,39 @@ that already knows whether data, EOF or a lost connection arrived, and a timer i
 only when a read or write has to wait. Measured against the emulator with 16 requests
 in flight, client CPU per request fell from 2.2 to 1.25 ms (``docs/performance.md``).
 
-Only the AsyncClient's own HTTP clients use it; an ``http_client`` passed in keeps
+The transports here are built on public API only: an ``httpx`` transport over an
+``httpcore`` connection pool given a network backend. Every stream they open is wrapped
+so that a per-request deadline (see :func:`deadline`) bounds each connect, read and
+write: a server trickling one byte at a time cannot keep a request alive past it.
+
+Only the clients' own HTTP clients use them; an ``http_client`` passed in keeps
 whatever transport it was built with.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextlib
+import contextvars
 import ssl
+import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, cast
 
 import httpcore
 import httpx
 
-__all__ = ["AsyncioBackend", "async_http_transport", "new_async_http_client"]
+__all__ = [
+    "AsyncHTTPTransport",
+    "AsyncioBackend",
+    "SyncHTTPTransport",
+    "async_http_transport",
+    "deadline",
+    "new_async_http_client",
+    "new_sync_http_client",
+]
 
-logger = logging.getLogger("openagentcore")
 
 #: Unread bytes at which a connection stops reading from the socket until consumed.
 _HIGH_WATER = 256 * 1024
@@ -268,17 +282,318 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
-def new_async_http_client(
-    *, timeout: httpx.Timeout, limits: httpx.Limits, ssl_context: ssl.SSLContext
-) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` whose connections use :class:`AsyncioBackend`.
+# Per-request deadlines.
 
-    httpx honours the ``HTTP(S)_PROXY`` variables only in transports it builds itself,
-    so when one is set the client keeps httpx's own transport (and backend).
+#: Monotonic time by which the current request (or stream event) must be done.
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "openagentcore_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None) -> Iterator[None]:
+    """Bound every connect, read and write of our transports in this context to end
+    within ``seconds`` from now (``None``: no bound beyond the per-operation timeouts).
+
+    A context variable reaches the streams because httpcore does a request's I/O in
+    the caller's thread or task.
     """
-    if environment_proxies():
-        return httpx.AsyncClient(timeout=timeout, limits=limits, verify=ssl_context)
-    return httpx.AsyncClient(timeout=timeout, transport=async_http_transport(limits, ssl_context))
+    token = _deadline.set(None if seconds is None else time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _clamp(timeout: float | None, expired: type[httpcore.TimeoutException]) -> float | None:
+    """``timeout`` shortened to what is left before the deadline."""
+    end = _deadline.get()
+    if end is None:
+        return timeout
+    left = end - time.monotonic()
+    if left <= 0:
+        raise expired("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _clamp(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _clamp(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        secured = self._stream.start_tls(
+            ssl_context, server_hostname, _clamp(timeout, httpcore.ConnectTimeout)
+        )
+        return _DeadlineStream(secured)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+        self._backend = backend
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._backend.connect_tcp(
+            host, port, _clamp(timeout, httpcore.ConnectTimeout), local_address, socket_options
+        )
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._backend.connect_unix_socket(
+            path, _clamp(timeout, httpcore.ConnectTimeout), socket_options
+        )
+        return _DeadlineStream(stream)
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+class _AsyncDeadlineStream(httpcore.AsyncNetworkStream):
+    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+        self._stream = stream
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._stream.read(max_bytes, _clamp(timeout, httpcore.ReadTimeout))
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._stream.write(buffer, _clamp(timeout, httpcore.WriteTimeout))
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        secured = await self._stream.start_tls(
+            ssl_context, server_hostname, _clamp(timeout, httpcore.ConnectTimeout)
+        )
+        return _AsyncDeadlineStream(secured)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+    @property
+    def inner(self) -> httpcore.AsyncNetworkStream:
+        """The wrapped stream (an :class:`AsyncioStream` on the asyncio backend)."""
+        return self._stream
+
+
+class _AsyncDeadlineBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
+        self.backend = backend
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self.backend.connect_tcp(
+            host, port, _clamp(timeout, httpcore.ConnectTimeout), local_address, socket_options
+        )
+        return _AsyncDeadlineStream(stream)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self.backend.connect_unix_socket(
+            path, _clamp(timeout, httpcore.ConnectTimeout), socket_options
+        )
+        return _AsyncDeadlineStream(stream)
+
+    async def sleep(self, seconds: float) -> None:
+        await self.backend.sleep(seconds)
+
+
+# httpx transports over httpcore pools.
+
+#: httpcore's exceptions and the httpx ones httpx's own transports raise for them.
+_EXCEPTIONS: dict[type[Exception], type[httpx.TransportError]] = {
+    httpcore.ConnectTimeout: httpx.ConnectTimeout,
+    httpcore.ReadTimeout: httpx.ReadTimeout,
+    httpcore.WriteTimeout: httpx.WriteTimeout,
+    httpcore.PoolTimeout: httpx.PoolTimeout,
+    httpcore.TimeoutException: httpx.TimeoutException,
+    httpcore.ConnectError: httpx.ConnectError,
+    httpcore.ReadError: httpx.ReadError,
+    httpcore.WriteError: httpx.WriteError,
+    httpcore.NetworkError: httpx.NetworkError,
+    httpcore.ProxyError: httpx.ProxyError,
+    httpcore.UnsupportedProtocol: httpx.UnsupportedProtocol,
+    httpcore.LocalProtocolError: httpx.LocalProtocolError,
+    httpcore.RemoteProtocolError: httpx.RemoteProtocolError,
+    httpcore.ProtocolError: httpx.ProtocolError,
+}
+
+
+@contextlib.contextmanager
+def _httpx_errors(request: httpx.Request | None) -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        for kind in type(exc).__mro__:
+            mapped = _EXCEPTIONS.get(kind)
+            if mapped is not None:
+                raise mapped(str(exc), request=request) from exc
+        raise
+
+
+def _core_request(request: httpx.Request) -> httpcore.Request:
+    url = request.url
+    return httpcore.Request(
+        method=request.method,
+        url=httpcore.URL(
+            scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+        ),
+        headers=request.headers.raw,
+        content=request.stream,
+        extensions=request.extensions,
+    )
+
+
+class _SyncBody(httpx.SyncByteStream):
+    def __init__(self, stream: Iterable[bytes], request: httpx.Request) -> None:
+        self._stream, self._request = stream, request
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _httpx_errors(self._request):
+            yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+class _AsyncBody(httpx.AsyncByteStream):
+    def __init__(self, stream: Any, request: httpx.Request) -> None:
+        self._stream, self._request = stream, request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _httpx_errors(self._request):
+            async for part in self._stream:
+                yield part
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _pool_options(limits: httpx.Limits, ssl_context: ssl.SSLContext) -> dict[str, Any]:
+    return {
+        "ssl_context": ssl_context,
+        "max_connections": limits.max_connections,
+        "max_keepalive_connections": limits.max_keepalive_connections,
+        "keepalive_expiry": limits.keepalive_expiry,
+    }
+
+
+class SyncHTTPTransport(httpx.BaseTransport):
+    """An httpx transport over an httpcore pool whose streams honour :func:`deadline`."""
+
+    def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
+        self.pool = httpcore.ConnectionPool(
+            network_backend=_DeadlineBackend(httpcore.SyncBackend()),
+            **_pool_options(limits, ssl_context),
+        )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        with _httpx_errors(request):
+            response = self.pool.handle_request(_core_request(request))
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_SyncBody(cast(Iterable[bytes], response.stream), request),
+            extensions=response.extensions,
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class AsyncHTTPTransport(httpx.AsyncBaseTransport):
+    """An httpx transport over an httpcore pool whose streams honour :func:`deadline`.
+
+    On asyncio it uses :class:`AsyncioBackend` (unless ``native_asyncio`` is false);
+    under any other event loop (trio) it uses httpcore's anyio backend, as httpx does.
+    """
+
+    def __init__(
+        self, limits: httpx.Limits, ssl_context: ssl.SSLContext, *, native_asyncio: bool = True
+    ) -> None:
+        self._options = _pool_options(limits, ssl_context)
+        self.pool = self._new_pool(AsyncioBackend() if native_asyncio else None)
+        self._other_pool: httpcore.AsyncConnectionPool | None = None
+
+    def _new_pool(
+        self, backend: httpcore.AsyncNetworkBackend | None
+    ) -> httpcore.AsyncConnectionPool:
+        return httpcore.AsyncConnectionPool(
+            network_backend=_AsyncDeadlineBackend(backend or httpcore.AnyIOBackend()),
+            **self._options,
+        )
+
+    def _pool_for_this_loop(self) -> httpcore.AsyncConnectionPool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # trio, or another loop that asyncio cannot see
+            if self._other_pool is None:
+                self._other_pool = self._new_pool(None)
+            return self._other_pool
+        return self.pool
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        pool = self._pool_for_this_loop()
+        with _httpx_errors(request):
+            response = await pool.handle_async_request(_core_request(request))
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_AsyncBody(response.stream, request),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+        if self._other_pool is not None:
+            await self._other_pool.aclose()
 
 
 def environment_proxies() -> bool:
@@ -287,24 +602,36 @@ def environment_proxies() -> bool:
 
 
 def async_http_transport(
-    limits: httpx.Limits, ssl_context: ssl.SSLContext
-) -> httpx.AsyncHTTPTransport:
-    """httpx's transport with its connection pool rebuilt on :class:`AsyncioBackend`.
+    limits: httpx.Limits, ssl_context: ssl.SSLContext, *, native_asyncio: bool = True
+) -> AsyncHTTPTransport:
+    """The transport the AsyncClient's own HTTP clients use."""
+    return AsyncHTTPTransport(limits, ssl_context, native_asyncio=native_asyncio)
 
-    httpx has no public way to choose httpcore's network backend, so this replaces the
-    transport's pool, a private attribute. If a later httpx stores it differently, the
-    transport keeps httpx's own pool and works as before, only slower (logged at debug
-    level; ``tests/client/test_network.py`` fails on such an httpx).
+
+def new_async_http_client(
+    *,
+    timeout: httpx.Timeout,
+    limits: httpx.Limits,
+    ssl_context: ssl.SSLContext,
+    native_asyncio: bool = True,
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` on :class:`AsyncHTTPTransport`.
+
+    httpx honours the ``HTTP(S)_PROXY`` variables only in transports it builds itself,
+    so when one is set the client keeps httpx's own transport (and with it, only the
+    per-operation timeouts: the whole-request deadline is not enforced while connecting
+    and reading headers).
     """
-    transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits)
-    if not isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
-        logger.debug("httpx %s keeps its pool elsewhere; using its own backend", httpx.__version__)
-        return transport
-    transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=ssl_context,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        network_backend=AsyncioBackend(),
-    )
-    return transport
+    if environment_proxies():
+        return httpx.AsyncClient(timeout=timeout, limits=limits, verify=ssl_context)
+    transport = async_http_transport(limits, ssl_context, native_asyncio=native_asyncio)
+    return httpx.AsyncClient(timeout=timeout, transport=transport)
+
+
+def new_sync_http_client(
+    *, timeout: httpx.Timeout, limits: httpx.Limits, ssl_context: ssl.SSLContext
+) -> httpx.Client:
+    """The blocking twin of :func:`new_async_http_client`."""
+    if environment_proxies():
+        return httpx.Client(timeout=timeout, limits=limits, verify=ssl_context)
+    return httpx.Client(timeout=timeout, transport=SyncHTTPTransport(limits, ssl_context))

@@ -11,7 +11,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from ._errors import OpenAgentCoreError
 
-__all__ = ["AsyncPage", "AsyncPageRequest", "Order", "SyncPage", "list_params"]
+__all__ = ["AsyncPage", "AsyncPageRequest", "Order", "SyncPage", "check_page", "list_params"]
 
 T = TypeVar("T")
 
@@ -44,6 +44,20 @@ class _Page(Generic[T]):
         return (
             f"{type(self).__name__}(data=<{len(self.data)} items>, has_more={self.has_more}, "
             f"last_id={self.last_id!r})"
+        )
+
+
+def check_page(page: _Page[Any], seen: frozenset[str]) -> None:
+    """Refuse (``ValueError``, reported as a response validation error) a page that
+    would make iteration loop forever: one promising more while empty, or one whose
+    cursor was already visited in this walk."""
+    if not page.has_more:
+        return
+    if not page.data:
+        raise ValueError("the page is empty but has_more is true; iteration would not end")
+    if page.last_id is not None and page.last_id in seen:
+        raise ValueError(
+            f"the page's last_id {page.last_id!r} was already visited; iteration would loop"
         )
 
 

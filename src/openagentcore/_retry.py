@@ -4,9 +4,13 @@ The policy is pure decision (no I/O), so the sync and async transports share it 
 hand it to tenacity's ``Retrying`` / ``AsyncRetrying``.
 
 Retried: connection errors and timeouts, 408, 429 and every 5xx (503
-``execution_unavailable`` included). Never retried: 409 and every other 4xx. A request
-that is not idempotent by method (a POST) is retried only when it carries an
-``Idempotency-Key``, so the server can recognise the repeat.
+``execution_unavailable`` included). Never retried: redirects, 409 and every other 4xx.
+
+A POST is replayable only on the routes whose ``Idempotency-Key`` the contract honours
+(Session creation and event submission). Any other POST is retried only when the
+server cannot have admitted it: the connection failed before the request was sent, or
+the answer is one the contract documents as given before any work (429, and 503
+``authentication_unavailable`` or ``sandbox_reset_in_progress``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ __all__ = ["RetryPolicy", "retry_after_seconds"]
 logger = logging.getLogger("openagentcore")
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+#: 503 codes that error-codes.md documents as written before anything is admitted.
+_REFUSED_BEFORE_ADMISSION = frozenset({"authentication_unavailable", "sandbox_reset_in_progress"})
 #: Past this many doublings every sensible ``max_delay`` is reached; stopping there keeps
 #: ``2.0 ** n`` from overflowing when ``max_retries`` is very large.
 _MAX_DOUBLINGS = 64
@@ -54,14 +60,22 @@ class RetryPolicy:
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
 
-    def should_retry(self, error: BaseException, request: httpx.Request) -> bool:
-        """Whether ``error``, raised for ``request``, is worth another attempt."""
-        if not _is_replayable(request):
-            return False
+    def should_retry(
+        self, error: BaseException, request: httpx.Request, *, replayable: bool | None = None
+    ) -> bool:
+        """Whether ``error``, raised for ``request``, is worth another attempt.
+
+        ``replayable`` says whether the server would recognise a repeat of ``request``;
+        by default, a safe method or a request carrying an ``Idempotency-Key``.
+        """
+        if replayable is None:
+            replayable = _is_replayable(request)
         if isinstance(error, APIConnectionError):
-            return True
+            return replayable or not error.request_sent
         if isinstance(error, APIStatusError):
-            return is_retryable_status(error.status_code)
+            if not is_retryable_status(error.status_code):
+                return False
+            return replayable or _refused_before_admission(error)
         return False
 
     def delay(self, error: BaseException | None, attempt: int) -> float:
@@ -74,7 +88,9 @@ class RetryPolicy:
         ceiling = min(self.max_delay, self.initial_delay * 2.0**doublings)
         return random.uniform(0, ceiling)
 
-    def tenacity_kwargs(self, request: httpx.Request) -> dict[str, Any]:
+    def tenacity_kwargs(
+        self, request: httpx.Request, *, replayable: bool | None = None
+    ) -> dict[str, Any]:
         """Arguments for ``tenacity.Retrying``/``AsyncRetrying`` that apply this policy."""
 
         def retry(state: tenacity.RetryCallState) -> bool:
@@ -82,7 +98,7 @@ class RetryPolicy:
             if outcome is None or not outcome.failed:
                 return False
             error = outcome.exception()
-            return error is not None and self.should_retry(error, request)
+            return error is not None and self.should_retry(error, request, replayable=replayable)
 
         def wait(state: tenacity.RetryCallState) -> float:
             error = state.outcome.exception() if state.outcome is not None else None
@@ -148,6 +164,13 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
             when = when.replace(tzinfo=datetime.timezone.utc)
         return max(0.0, when.timestamp() - time.time())
     return seconds if seconds >= 0 else None
+
+
+def _refused_before_admission(error: APIStatusError) -> bool:
+    # 429: a rate limiter refuses a request instead of doing its work (RFC 6585).
+    return error.status_code == 429 or (
+        error.status_code == 503 and error.code in _REFUSED_BEFORE_ADMISSION
+    )
 
 
 def _is_replayable(request: httpx.Request) -> bool:

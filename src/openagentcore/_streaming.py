@@ -1,45 +1,143 @@
-"""Typed Session event streams on top of httpx-sse.
+"""Typed Session event streams, framed by a bounded Server-Sent Events reader.
 
 An ``error`` frame with code ``stream_interrupted`` means the server dropped this reader
 (it fell behind, or the connection is being closed): it is raised as
 :class:`~openagentcore.StreamError` and the stream closes. Other ``error`` events belong
 to the Session's history (e.g. an Environment that failed to provision) and are yielded
 like any other event.
+
+The framing is done here rather than by httpx-sse because a hostile server must not be
+able to grow one line or one event without bound, or to keep a stream alive forever by
+trickling bytes that never complete an event: each event must fit
+``ResponseLimits.max_event_bytes`` and arrive complete within the idle timeout. An
+event that is not JSON, or fails validation, raises
+:class:`~openagentcore.APIResponseValidationError` (with the raw event as ``body``) and
+closes the stream.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import re
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import httpx
-import httpx_sse
+import pydantic
 from typing_extensions import Self
 
-from ._errors import APIError, APIResponseValidationError, StreamError, _transport_error
+from ._base_client import STREAM_READ_TIMEOUT, STREAM_SETTINGS, StreamSettings
+from ._errors import (
+    APIError,
+    APIResponseValidationError,
+    APITimeoutError,
+    ResponseTooLargeError,
+    StreamError,
+    _transport_error,
+)
+from ._limits import ResponseLimits, load_json
+from ._network import deadline
 from .types import Session, SessionCreatedEvent, SessionEvent, parse_event
 
 __all__ = ["AsyncCreationEventStream", "AsyncEventStream", "CreationEventStream", "EventStream"]
 
 _INTERRUPTED = "stream_interrupted"
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-def _decode(sse: httpx_sse.ServerSentEvent, response: httpx.Response) -> SessionEvent:
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    event: str
+    data: str
+
+
+class _SSEParser:
+    """Server-Sent Events framing (the WHATWG rules) with a size bound per event.
+
+    ``feed`` returns the events completed by a chunk and whether any frame ended (a
+    blank line: an event, or a keepalive comment), which restarts the idle clock.
+    Frames with only ``id:``, ``retry:`` or ``event:`` lines carry no data and, as the
+    spec says, dispatch nothing.
+    """
+
+    def __init__(self, max_event_bytes: int) -> None:
+        self._limit = max_event_bytes
+        self._buffer = bytearray()
+        self._event = ""
+        self._data: list[str] = []
+        self._size = 0
+        self._unscanned = 0
+
+    def feed(self, chunk: bytes) -> tuple[list[_Frame], bool]:
+        self._buffer += chunk
+        frames: list[_Frame] = []
+        ended = False
+        start = 0
+        buffer = self._buffer
+        # The bytes before _unscanned hold no line end (bar a trailing CR): a long line
+        # arriving in many chunks is scanned once, not once per chunk.
+        search_at = self._unscanned
+        while True:
+            match = _LINE_END.search(buffer, search_at)
+            # A lone CR at the end may be the first half of CRLF: wait for more.
+            if match is None or (match.group() == b"\r" and match.end() == len(buffer)):
+                break
+            line = bytes(buffer[start : match.start()])
+            start = search_at = match.end()
+            if not line:
+                ended = True
+                if self._data:
+                    frames.append(_Frame(self._event or "message", "\n".join(self._data)))
+                self._event, self._data, self._size = "", [], 0
+                continue
+            self._size += len(line)
+            self._field(line.decode("utf-8", errors="replace"))
+        del buffer[:start]
+        self._unscanned = max(len(buffer) - 1, 0)
+        if self._size + len(buffer) > self._limit:
+            raise ValueError(f"an event is larger than {self._limit} bytes")
+        return frames, ended
+
+    def _field(self, line: str) -> None:
+        if line.startswith(":"):
+            return
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        # id and retry only matter to a reconnecting EventSource; this stream never
+        # replays, so they are accepted and ignored, as are unknown fields.
+
+
+def _settings(response: httpx.Response) -> StreamSettings:
+    settings = response.extensions.get(STREAM_SETTINGS)
+    if isinstance(settings, StreamSettings):
+        return settings
+    return StreamSettings(ResponseLimits(), STREAM_READ_TIMEOUT)
+
+
+def _decode(frame: _Frame, response: httpx.Response, limits: ResponseLimits) -> SessionEvent:
     try:
-        data: Any = json.loads(sse.data)
+        data: Any = load_json(frame.data, limits.max_json_depth)
     except ValueError as exc:
         raise APIResponseValidationError(
-            f"Event stream frame {sse.event!r} is not JSON", response=response, body=sse.data
+            f"Event stream frame {frame.event!r} is not JSON: {exc}",
+            response=response,
+            body=frame.data,
         ) from exc
     if not isinstance(data, dict):
         raise APIResponseValidationError(
-            f"Event stream frame {sse.event!r} is not a JSON object", response=response, body=data
+            f"Event stream frame {frame.event!r} is not a JSON object",
+            response=response,
+            body=data,
         )
-    if sse.event == "error" or data.get("type") == "error":
+    if frame.event == "error" or data.get("type") == "error":
         raw_error = data.get("error")
         error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
         if error.get("code") == _INTERRUPTED:
@@ -49,17 +147,44 @@ def _decode(sse: httpx_sse.ServerSentEvent, response: httpx.Response) -> Session
                 type=error.get("type") if isinstance(error.get("type"), str) else None,
                 request=response.request,
             )
-    return parse_event(data)
+    try:
+        return parse_event(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "<root>"
+        raise APIResponseValidationError(
+            f"Event {data.get('type')!r} does not match the contract: {where}: {first['msg']}",
+            response=response,
+            body=data,
+        ) from exc
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise APIResponseValidationError(
+            f"Event {data.get('type')!r} does not match the contract: {exc}",
+            response=response,
+            body=data,
+        ) from exc
 
 
 def _not_a_stream(response: httpx.Response) -> APIResponseValidationError:
-    """A 2xx answer that is not an event stream (httpx-sse reports it as a transport
-    error, which would wrongly blame the network)."""
+    """A 2xx answer that is not an event stream."""
     request = response.request
     content_type = response.headers.get("content-type", "no content type")
     return APIResponseValidationError(
         f"Expected an event stream from {request.method} {request.url.path}, got "
         f"{content_type}; check that base_url points at the Agents API",
+        response=response,
+        body=None,
+    )
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    return "text/event-stream" in response.headers.get("content-type", "").lower()
+
+
+def _too_large(response: httpx.Response, exc: ValueError) -> ResponseTooLargeError:
+    return ResponseTooLargeError(
+        f"Event stream from {response.request.url.path}: {exc} "
+        "(ResponseLimits.max_event_bytes); the stream was closed",
         response=response,
         body=None,
     )
@@ -75,16 +200,49 @@ def _shutdown_socket(response: httpx.Response) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+class _Reader:
+    """State shared by both streams: pending events and the idle clock."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.settings = _settings(response)
+        self.parser = _SSEParser(self.settings.limits.max_event_bytes)
+        self.pending: list[_Frame] = []
+        self.frame_deadline = time.monotonic() + self.settings.idle_timeout
+
+    def time_left(self) -> float:
+        """Seconds left for the next frame to complete; raises once none are."""
+        left = self.frame_deadline - time.monotonic()
+        if left <= 0:
+            raise APITimeoutError(request=self.response.request)
+        return left
+
+    def feed(self, chunk: bytes) -> None:
+        try:
+            frames, ended = self.parser.feed(chunk)
+        except ValueError as exc:
+            raise _too_large(self.response, exc) from exc
+        self.pending.extend(frames)
+        if ended:
+            self.frame_deadline = time.monotonic() + self.settings.idle_timeout
+
+    def next_event(self) -> SessionEvent:
+        frame = self.pending.pop(0)
+        return _decode(frame, self.response, self.settings.limits)
+
+
 class EventStream:
     """A live iterator of :data:`~openagentcore.types.SessionEvent`; close it when done.
 
     Usable as a context manager. Iteration ends when the server closes the stream; a
-    dropped connection raises :class:`~openagentcore.APIConnectionError`.
+    dropped connection raises :class:`~openagentcore.APIConnectionError`, and an event
+    that does not complete within the idle timeout :class:`~openagentcore.APITimeoutError`.
     """
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
-        self._events = httpx_sse.EventSource(response).iter_sse()
+        self._reader = _Reader(response)
+        self._chunks: Iterator[bytes] | None = None
         self._closed = False
 
     def __iter__(self) -> Iterator[SessionEvent]:
@@ -94,21 +252,27 @@ class EventStream:
         if self._closed:
             raise StopIteration
         try:
-            sse = next(self._events)
-        except StopIteration:
+            return self._next()
+        except BaseException:
             self.close()
             raise
-        except httpx_sse.SSEError as exc:
-            self.close()
-            raise _not_a_stream(self.response) from exc
-        except httpx.TransportError as exc:
-            self.close()
-            raise _transport_error(exc, self.response.request) from exc
-        try:
-            return _decode(sse, self.response)
-        except StreamError:
-            self.close()
-            raise
+
+    def _next(self) -> SessionEvent:
+        reader = self._reader
+        if self._chunks is None:
+            if not _is_event_stream(self.response):
+                raise _not_a_stream(self.response)
+            self._chunks = self.response.iter_bytes()
+        while not reader.pending:
+            try:
+                with deadline(reader.time_left()):
+                    chunk = next(self._chunks, None)
+            except httpx.TransportError as exc:
+                raise _transport_error(exc, self.response.request) from exc
+            if chunk is None:
+                raise StopIteration
+            reader.feed(chunk)
+        return reader.next_event()
 
     def close(self) -> None:
         """Close the stream; safe to call from another thread to stop a blocked reader."""
@@ -133,7 +297,8 @@ class AsyncEventStream:
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
-        self._events = httpx_sse.EventSource(response).aiter_sse()
+        self._reader = _Reader(response)
+        self._chunks: AsyncIterator[bytes] | None = None
         self._closed = False
 
     def __aiter__(self) -> AsyncIterator[SessionEvent]:
@@ -143,21 +308,27 @@ class AsyncEventStream:
         if self._closed:
             raise StopAsyncIteration
         try:
-            sse = await self._events.__anext__()
-        except StopAsyncIteration:
+            return await self._next()
+        except BaseException:
             await self.close()
             raise
-        except httpx_sse.SSEError as exc:
-            await self.close()
-            raise _not_a_stream(self.response) from exc
-        except httpx.TransportError as exc:
-            await self.close()
-            raise _transport_error(exc, self.response.request) from exc
-        try:
-            return _decode(sse, self.response)
-        except StreamError:
-            await self.close()
-            raise
+
+    async def _next(self) -> SessionEvent:
+        reader = self._reader
+        if self._chunks is None:
+            if not _is_event_stream(self.response):
+                raise _not_a_stream(self.response)
+            self._chunks = self.response.aiter_bytes()
+        while not reader.pending:
+            try:
+                with deadline(reader.time_left()):
+                    chunk = await anext(self._chunks, None)
+            except httpx.TransportError as exc:
+                raise _transport_error(exc, self.response.request) from exc
+            if chunk is None:
+                raise StopAsyncIteration
+            reader.feed(chunk)
+        return reader.next_event()
 
     async def close(self) -> None:
         """Close the stream and its connection."""

@@ -31,6 +31,7 @@ from openagentcore import AsyncClient
 from openagentcore._base_client import MAX_CONCURRENT_ASYNC_REQUESTS, STREAM_CONNECTION_LIMITS
 from openagentcore._network import (
     _HIGH_WATER,
+    AsyncHTTPTransport,
     AsyncioBackend,
     AsyncioStream,
     _Connection,
@@ -216,9 +217,22 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 def _pool_of(http: httpx.AsyncClient) -> httpcore.AsyncConnectionPool:
     transport = http._transport
+    if isinstance(transport, AsyncHTTPTransport):
+        return transport.pool
     assert isinstance(transport, httpx.AsyncHTTPTransport)
     assert isinstance(transport._pool, httpcore.AsyncConnectionPool)
     return transport._pool
+
+
+def _backend_of(http: httpx.AsyncClient) -> object:
+    """The network backend under the SDK's deadline wrapper (or httpx's own)."""
+    backend = _pool_of(http)._network_backend
+    return getattr(backend, "backend", backend)
+
+
+def _stream_of(response: httpx.Response) -> object:
+    stream = response.extensions["network_stream"]
+    return getattr(stream, "inner", stream)
 
 
 @pytest.fixture
@@ -239,16 +253,16 @@ async def test_sdk_async_client_sends_through_the_asyncio_backend(server: _Local
         plain, streaming = sdk._transport._http, sdk._transport._stream_http
         assert plain is not streaming
         for http in (plain, streaming):
-            assert isinstance(_pool_of(http)._network_backend, AsyncioBackend)
+            assert isinstance(_backend_of(http), AsyncioBackend)
         # The rebuilt pools keep the limits the SDK chose for each client.
         assert _pool_of(plain)._max_connections == MAX_CONCURRENT_ASYNC_REQUESTS
         assert _pool_of(streaming)._max_connections == STREAM_CONNECTION_LIMITS.max_connections
         assert _pool_of(streaming)._max_keepalive_connections == 0
 
         response = await plain.get(server.url("/ok"))
-        assert isinstance(response.extensions["network_stream"], AsyncioStream)
+        assert isinstance(_stream_of(response), AsyncioStream)
         async with streaming.stream("GET", server.url("/ok")) as streamed:
-            assert isinstance(streamed.extensions["network_stream"], AsyncioStream)
+            assert isinstance(_stream_of(streamed), AsyncioStream)
             assert await streamed.aread() == b"ok"
 
 
@@ -277,7 +291,7 @@ async def test_sdk_async_client_keeps_httpx_transports_when_a_proxy_is_configure
 
     async with AsyncClient(api_key=API_KEY, base_url=BASE_URL) as sdk:
         for http in (sdk._transport._http, sdk._transport._stream_http):
-            assert not isinstance(_pool_of(http)._network_backend, AsyncioBackend)
+            assert not isinstance(_backend_of(http), AsyncioBackend)
             assert any(mount is not None for mount in http._mounts.values())
 
 
@@ -467,7 +481,7 @@ async def test_tls_with_the_certificate_trusted_works_plain_and_streamed(
     pause/resume of reading that a large streamed body needs."""
     response = await trusting_pool.request("GET", tls_server.url("/ok"))
     assert response.content == b"ok"
-    stream = response.extensions["network_stream"]
+    stream = _stream_of(response)
     assert isinstance(stream, AsyncioStream)
     assert isinstance(stream.get_extra_info("ssl_object"), ssl.SSLObject)
     assert stream.get_extra_info("server_addr") == ("127.0.0.1", tls_server.port)

@@ -160,9 +160,12 @@ def test_same_call_same_wire(pair: tuple[Ours, Theirs], api: respx.MockRouter) -
 
     mine, reference = wire(route.calls.last.request), official_wire(theirs)
 
-    # The SDK sends an Idempotency-Key on every POST so retries are safe; the official
-    # client sends one only when asked. Where it was asked, they must agree.
-    if reference["idempotency_key"] is None and mine["method"] == "POST":
+    # The SDK sends an Idempotency-Key on the two routes that honour one (Session
+    # creation, event submission) so retries are safe; the official client sends one
+    # only when asked. Where it was asked, they must agree.
+    if reference["idempotency_key"] is None and mine["idempotency_key"] is not None:
+        assert mine["method"] == "POST"
+        assert mine["path"].endswith(("/agents/sessions", "/events")), mine["path"]
         assert mine.pop("idempotency_key").startswith("oac-")
         reference.pop("idempotency_key")
     assert mine == reference

@@ -9,7 +9,7 @@ import pytest
 import respx
 
 from openagentcore import AsyncClient
-from openagentcore._errors import OpenAgentCoreError
+from openagentcore._errors import APIResponseValidationError, OpenAgentCoreError
 from openagentcore._pagination import AsyncPage, SyncPage
 from openagentcore.types import Session
 
@@ -94,10 +94,14 @@ async def test_next_page_on_the_last_page_says_to_check_first(
         await resolve(only.next_page())
 
 
-async def test_has_more_without_a_last_id_stops(client: AnyClient, api: respx.MockRouter) -> None:
+async def test_empty_page_promising_more_is_refused(
+    client: AnyClient, api: respx.MockRouter
+) -> None:
+    """An empty page with has_more would make iteration spin forever (issue 13)."""
     route = api.get("agents/sessions").mock(return_value=page([], has_more=True))
 
-    assert await collect(client.sessions.list()) == []
+    with pytest.raises(APIResponseValidationError, match="empty but has_more"):
+        await collect(client.sessions.list())
     assert route.call_count == 1
 
 

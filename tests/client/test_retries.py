@@ -261,7 +261,9 @@ async def test_connection_errors_are_retried_then_raised(
         await resolve(client.sessions.create(agent_id="ag_1"))
 
     assert type(caught.value) is APIConnectionError
-    assert caught.value.message == "Connection error: ConnectError"
+    assert (
+        caught.value.message == "Connection error: ConnectError talking to api.test:443 (refused)"
+    )
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
     assert route.call_count == 3
 

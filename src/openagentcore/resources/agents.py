@@ -11,7 +11,15 @@ from .._admission import check_text, check_tools
 from .._base_client import RequestOptions
 from .._pagination import AsyncPageRequest, Order, SyncPage, list_params
 from ..types import Agent, AgentDeleted, Tool
-from ._base import AsyncResource, SyncResource, body, path, post
+from ._base import (
+    AsyncResource,
+    CallOptions,
+    SyncResource,
+    body,
+    path,
+    post,
+    split_call_options,
+)
 
 __all__ = ["AgentCreateParams", "AgentUpdateParams", "Agents", "AsyncAgents"]
 
@@ -55,12 +63,28 @@ def _checked(params: Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _create(params: AgentCreateParams) -> RequestOptions:
+class _AgentCreateCall(AgentCreateParams, CallOptions, total=False):
+    """``agents.create`` keywords: the Agent's fields plus per-call options."""
+
+
+class _AgentUpdateCall(AgentUpdateParams, CallOptions, total=False):
+    """``agents.update`` keywords: the fields to change plus per-call options."""
+
+
+def _create(params: Mapping[str, Any]) -> RequestOptions:
     return post(_ROOT, _checked(params))
 
 
-def _update(agent_id: str, params: AgentUpdateParams) -> RequestOptions:
+def _update(agent_id: str, params: Mapping[str, Any]) -> RequestOptions:
     return post(path(_ONE, agent_id=agent_id), _checked(params))
+
+
+def _retrieve(agent_id: str) -> RequestOptions:
+    return RequestOptions("GET", path(_ONE, agent_id=agent_id))
+
+
+def _delete(agent_id: str) -> RequestOptions:
+    return RequestOptions("DELETE", path(_ONE, agent_id=agent_id))
 
 
 def _list_query(after: str | None, limit: int | None, order: Order | None) -> dict[str, Any]:
@@ -68,45 +92,70 @@ def _list_query(after: str | None, limit: int | None, order: Order | None) -> di
 
 
 class Agents(SyncResource):
-    def create(self, **params: Unpack[AgentCreateParams]) -> Agent:
-        """Save an Agent. Tool declarations are checked locally first."""
-        return self._call(_create(params), Agent.model_validate)
+    """``client.agents``: create, read, change, list and delete saved Agents."""
 
-    def retrieve(self, agent_id: str) -> Agent:
-        return self._call(
-            RequestOptions("GET", path(_ONE, agent_id=agent_id)), Agent.model_validate
-        )
+    def create(self, **params: Unpack[_AgentCreateCall]) -> Agent:
+        """Save an Agent. Tool declarations are checked locally first.
 
-    def update(self, agent_id: str, **params: Unpack[AgentUpdateParams]) -> Agent:
-        return self._call(_update(agent_id, params), Agent.model_validate)
+        Not retried once the server may have admitted it: the route takes no
+        idempotency key, so a retry after a lost answer could save a second Agent.
+        """
+        fields, call = split_call_options(params)
+        return self._call(_create(fields), Agent.model_validate, call)
+
+    def retrieve(self, agent_id: str, **call: Unpack[CallOptions]) -> Agent:
+        """Read one saved Agent."""
+        return self._call(_retrieve(agent_id), Agent.model_validate, call)
+
+    def update(self, agent_id: str, **params: Unpack[_AgentUpdateCall]) -> Agent:
+        """Change the given fields of a saved Agent; existing Sessions keep their copy."""
+        fields, call = split_call_options(params)
+        return self._call(_update(agent_id, fields), Agent.model_validate, call)
 
     def list(
-        self, *, after: str | None = None, limit: int | None = None, order: Order | None = None
+        self,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        order: Order | None = None,
+        **call: Unpack[CallOptions],
     ) -> SyncPage[Agent]:
-        return self._list(_ROOT, _list_query(after, limit, order), Agent.model_validate)
+        """One page of saved Agents; iterating it walks every following page."""
+        return self._list(_ROOT, _list_query(after, limit, order), Agent.model_validate, call)
 
-    def delete(self, agent_id: str) -> AgentDeleted:
-        options = RequestOptions("DELETE", path(_ONE, agent_id=agent_id))
-        return self._call(options, AgentDeleted.model_validate)
+    def delete(self, agent_id: str, **call: Unpack[CallOptions]) -> AgentDeleted:
+        """Delete a saved Agent."""
+        return self._call(_delete(agent_id), AgentDeleted.model_validate, call)
 
 
 class AsyncAgents(AsyncResource):
-    async def create(self, **params: Unpack[AgentCreateParams]) -> Agent:
-        """Save an Agent. Tool declarations are checked locally first."""
-        return await self._call(_create(params), Agent.model_validate)
+    """The async twin of :class:`Agents`."""
 
-    async def retrieve(self, agent_id: str) -> Agent:
-        options = RequestOptions("GET", path(_ONE, agent_id=agent_id))
-        return await self._call(options, Agent.model_validate)
+    async def create(self, **params: Unpack[_AgentCreateCall]) -> Agent:
+        """Save an Agent (see :meth:`Agents.create`)."""
+        fields, call = split_call_options(params)
+        return await self._call(_create(fields), Agent.model_validate, call)
 
-    async def update(self, agent_id: str, **params: Unpack[AgentUpdateParams]) -> Agent:
-        return await self._call(_update(agent_id, params), Agent.model_validate)
+    async def retrieve(self, agent_id: str, **call: Unpack[CallOptions]) -> Agent:
+        """Read one saved Agent."""
+        return await self._call(_retrieve(agent_id), Agent.model_validate, call)
+
+    async def update(self, agent_id: str, **params: Unpack[_AgentUpdateCall]) -> Agent:
+        """Change the given fields of a saved Agent; existing Sessions keep their copy."""
+        fields, call = split_call_options(params)
+        return await self._call(_update(agent_id, fields), Agent.model_validate, call)
 
     def list(
-        self, *, after: str | None = None, limit: int | None = None, order: Order | None = None
+        self,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        order: Order | None = None,
+        **call: Unpack[CallOptions],
     ) -> AsyncPageRequest[Agent]:
-        return self._list(_ROOT, _list_query(after, limit, order), Agent.model_validate)
+        """Saved Agents: ``await`` for the first page, ``async for`` for all of them."""
+        return self._list(_ROOT, _list_query(after, limit, order), Agent.model_validate, call)
 
-    async def delete(self, agent_id: str) -> AgentDeleted:
-        options = RequestOptions("DELETE", path(_ONE, agent_id=agent_id))
-        return await self._call(options, AgentDeleted.model_validate)
+    async def delete(self, agent_id: str, **call: Unpack[CallOptions]) -> AgentDeleted:
+        """Delete a saved Agent."""
+        return await self._call(_delete(agent_id), AgentDeleted.model_validate, call)

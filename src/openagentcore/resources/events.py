@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from typing_extensions import Unpack
+
 from .._base_client import RequestOptions
 from .._streaming import AsyncEventStream, EventStream
 from ..types import InputEvent
-from ._base import AsyncResource, SyncResource, dump_json, path
+from ._base import AsyncResource, CallOptions, SyncResource, dump_json, path
 
 __all__ = ["MAX_EVENTS_PER_BATCH", "AsyncEvents", "Events", "InputEvent"]
 
@@ -33,6 +35,7 @@ def _create(
         body={"events": batch},
         has_body=True,
         idempotency_key=idempotency_key,
+        keyed=True,
     )
 
 
@@ -41,12 +44,15 @@ def _stream(session_id: str) -> RequestOptions:
 
 
 class Events(SyncResource):
+    """``client.sessions.events``: submit input events and open the live stream."""
+
     def create(
         self,
         session_id: str,
         *,
         events: Iterable[InputEvent | Mapping[str, Any]],
         idempotency_key: str | None = None,
+        **call: Unpack[CallOptions],
     ) -> None:
         """Submit 1 to 64 input events as one atomic batch.
 
@@ -54,24 +60,27 @@ class Events(SyncResource):
         ``idempotency_key`` to make a retry after a crash the same request; otherwise
         one is made for this call and reused on automatic retries.
         """
-        self._call_no_body(_create(session_id, events, idempotency_key))
+        self._call_no_body(_create(session_id, events, idempotency_key), call)
 
-    def stream(self, session_id: str) -> EventStream:
+    def stream(self, session_id: str, **call: Unpack[CallOptions]) -> EventStream:
         """Open the live stream. It starts now: nothing earlier is replayed."""
-        return EventStream(self._transport.send(_stream(session_id)))
+        return EventStream(self._send(_stream(session_id), call))
 
 
 class AsyncEvents(AsyncResource):
+    """The async twin of :class:`Events`."""
+
     async def create(
         self,
         session_id: str,
         *,
         events: Iterable[InputEvent | Mapping[str, Any]],
         idempotency_key: str | None = None,
+        **call: Unpack[CallOptions],
     ) -> None:
         """Submit 1 to 64 input events as one atomic batch (see :meth:`Events.create`)."""
-        await self._call_no_body(_create(session_id, events, idempotency_key))
+        await self._call_no_body(_create(session_id, events, idempotency_key), call)
 
-    async def stream(self, session_id: str) -> AsyncEventStream:
+    async def stream(self, session_id: str, **call: Unpack[CallOptions]) -> AsyncEventStream:
         """Open the live stream. It starts now: nothing earlier is replayed."""
-        return AsyncEventStream(await self._transport.send(_stream(session_id)))
+        return AsyncEventStream(await self._send(_stream(session_id), call))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing_extensions import Unpack
+
 from .._pagination import AsyncPageRequest, Order, SyncPage, list_params
 from ..types import Item, parse_item
-from ._base import AsyncResource, SyncResource, path
+from ._base import AsyncResource, CallOptions, SyncResource, path
 
 __all__ = ["AsyncItems", "Items"]
 
@@ -12,6 +14,8 @@ _ROOT = "agents/sessions/{session_id}/items"
 
 
 class Items(SyncResource):
+    """``client.sessions.items``: read a Session's durable history."""
+
     def list(
         self,
         session_id: str,
@@ -19,12 +23,17 @@ class Items(SyncResource):
         after: str | None = None,
         limit: int | None = None,
         order: Order | None = None,
+        **call: Unpack[CallOptions],
     ) -> SyncPage[Item]:
+        """One page of the Session's Items; iterating it walks every following page."""
         route = path(_ROOT, session_id=session_id)
-        return self._list(route, list_params(after=after, limit=limit, order=order), parse_item)
+        query = list_params(after=after, limit=limit, order=order)
+        return self._list(route, query, parse_item, call)
 
 
 class AsyncItems(AsyncResource):
+    """The async twin of :class:`Items`."""
+
     def list(
         self,
         session_id: str,
@@ -32,6 +41,9 @@ class AsyncItems(AsyncResource):
         after: str | None = None,
         limit: int | None = None,
         order: Order | None = None,
+        **call: Unpack[CallOptions],
     ) -> AsyncPageRequest[Item]:
+        """The Session's Items: ``await`` for the first page, ``async for`` for all."""
         route = path(_ROOT, session_id=session_id)
-        return self._list(route, list_params(after=after, limit=limit, order=order), parse_item)
+        query = list_params(after=after, limit=limit, order=order)
+        return self._list(route, query, parse_item, call)

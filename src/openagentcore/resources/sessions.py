@@ -13,7 +13,7 @@ from .._base_client import AsyncTransport, RequestOptions, SyncTransport
 from .._pagination import AsyncPageRequest, Order, SyncPage, list_params
 from .._streaming import AsyncCreationEventStream, CreationEventStream
 from ..types import Session, SessionDeleted, UserMessage
-from ._base import AsyncResource, SyncResource, body, path
+from ._base import AsyncResource, CallOptions, SyncResource, body, path, split_call_options
 from .events import AsyncEvents, Events
 from .items import AsyncItems, Items
 from .turns import AsyncTurns, Turns
@@ -48,8 +48,16 @@ class SessionCreateParams(TypedDict, total=False):
     x_agents_core: Mapping[str, Any]
 
 
+class _SessionCreateCall(SessionCreateParams, CallOptions, total=False):
+    """``sessions.create`` keywords: the Session's fields plus per-call options."""
+
+
+class _SessionUpdateCall(SessionUpdateParams, CallOptions, total=False):
+    """``sessions.update`` keywords: the fields to change plus per-call options."""
+
+
 def _create(
-    params: SessionCreateParams, *, stream: bool, idempotency_key: str | None
+    params: Mapping[str, Any], *, stream: bool, idempotency_key: str | None
 ) -> RequestOptions:
     data = body({"environment": DEFAULT_ENVIRONMENT, **params})
     agent = data.get("agent")
@@ -60,7 +68,13 @@ def _create(
     if stream:
         data["stream"] = True
     return RequestOptions(
-        "POST", _ROOT, body=data, has_body=True, stream=stream, idempotency_key=idempotency_key
+        "POST",
+        _ROOT,
+        body=data,
+        has_body=True,
+        stream=stream,
+        idempotency_key=idempotency_key,
+        keyed=True,
     )
 
 
@@ -72,7 +86,7 @@ def _recovery(options: RequestOptions, key: str) -> RequestOptions:
     )
 
 
-def _update(session_id: str, params: SessionUpdateParams) -> RequestOptions:
+def _update(session_id: str, params: Mapping[str, Any]) -> RequestOptions:
     return RequestOptions(
         "POST", path(_ONE, session_id=session_id), body=body(params), has_body=True
     )
@@ -85,6 +99,8 @@ def _list_query(
 
 
 class Sessions(SyncResource):
+    """``client.sessions``: Sessions, with ``events``, ``turns`` and ``items`` beneath."""
+
     def __init__(self, transport: SyncTransport) -> None:
         super().__init__(transport)
         self.events = Events(transport)
@@ -97,7 +113,7 @@ class Sessions(SyncResource):
         *,
         stream: Literal[False] = False,
         idempotency_key: str | None = None,
-        **params: Unpack[SessionCreateParams],
+        **params: Unpack[_SessionCreateCall],
     ) -> Session: ...
 
     @overload
@@ -106,7 +122,7 @@ class Sessions(SyncResource):
         *,
         stream: Literal[True],
         idempotency_key: str | None = None,
-        **params: Unpack[SessionCreateParams],
+        **params: Unpack[_SessionCreateCall],
     ) -> CreationEventStream: ...
 
     def create(
@@ -114,7 +130,7 @@ class Sessions(SyncResource):
         *,
         stream: bool = False,
         idempotency_key: str | None = None,
-        **params: Unpack[SessionCreateParams],
+        **params: Unpack[_SessionCreateCall],
     ) -> Session | CreationEventStream:
         """Create a Session; with ``stream=True``, follow its creation as events.
 
@@ -122,20 +138,24 @@ class Sessions(SyncResource):
         original Session and never admits its input twice; a stream that loses the
         Session recovers it into ``stream.session``.
         """
-        options = _create(params, stream=stream, idempotency_key=idempotency_key)
+        fields, call = split_call_options(params)
+        options = _create(fields, stream=stream, idempotency_key=idempotency_key)
         if stream:
             return CreationEventStream(
-                self._transport.send(options),
-                lambda key: self._call(_recovery(options, key), Session.model_validate),
+                self._send(options, call),
+                lambda key: self._call(_recovery(options, key), Session.model_validate, call),
             )
-        return self._call(options, Session.model_validate)
+        return self._call(options, Session.model_validate, call)
 
-    def retrieve(self, session_id: str) -> Session:
+    def retrieve(self, session_id: str, **call: Unpack[CallOptions]) -> Session:
+        """Read a Session: its status, pending required actions and configuration."""
         options = RequestOptions("GET", path(_ONE, session_id=session_id))
-        return self._call(options, Session.model_validate)
+        return self._call(options, Session.model_validate, call)
 
-    def update(self, session_id: str, **params: Unpack[SessionUpdateParams]) -> Session:
-        return self._call(_update(session_id, params), Session.model_validate)
+    def update(self, session_id: str, **params: Unpack[_SessionUpdateCall]) -> Session:
+        """Change the given fields of a Session."""
+        fields, call = split_call_options(params)
+        return self._call(_update(session_id, fields), Session.model_validate, call)
 
     def list(
         self,
@@ -144,16 +164,21 @@ class Sessions(SyncResource):
         limit: int | None = None,
         order: Order | None = None,
         agent_id: str | None = None,
+        **call: Unpack[CallOptions],
     ) -> SyncPage[Session]:
+        """Sessions, newest first unless ``order`` says otherwise; iterate for all."""
         query = _list_query(after, limit, order, agent_id)
-        return self._list(_ROOT, query, Session.model_validate)
+        return self._list(_ROOT, query, Session.model_validate, call)
 
-    def delete(self, session_id: str) -> SessionDeleted:
+    def delete(self, session_id: str, **call: Unpack[CallOptions]) -> SessionDeleted:
+        """Delete an idle Session."""
         options = RequestOptions("DELETE", path(_ONE, session_id=session_id))
-        return self._call(options, SessionDeleted.model_validate)
+        return self._call(options, SessionDeleted.model_validate, call)
 
 
 class AsyncSessions(AsyncResource):
+    """The async twin of :class:`Sessions`."""
+
     def __init__(self, transport: AsyncTransport) -> None:
         super().__init__(transport)
         self.events = AsyncEvents(transport)
@@ -166,7 +191,7 @@ class AsyncSessions(AsyncResource):
         *,
         stream: Literal[False] = False,
         idempotency_key: str | None = None,
-        **params: Unpack[SessionCreateParams],
+        **params: Unpack[_SessionCreateCall],
     ) -> Session: ...
 
     @overload
@@ -175,7 +200,7 @@ class AsyncSessions(AsyncResource):
         *,
         stream: Literal[True],
         idempotency_key: str | None = None,
-        **params: Unpack[SessionCreateParams],
+        **params: Unpack[_SessionCreateCall],
     ) -> AsyncCreationEventStream: ...
 
     async def create(
@@ -183,23 +208,27 @@ class AsyncSessions(AsyncResource):
         *,
         stream: bool = False,
         idempotency_key: str | None = None,
-        **params: Unpack[SessionCreateParams],
+        **params: Unpack[_SessionCreateCall],
     ) -> Session | AsyncCreationEventStream:
         """Create a Session; with ``stream=True``, follow its creation as events."""
-        options = _create(params, stream=stream, idempotency_key=idempotency_key)
+        fields, call = split_call_options(params)
+        options = _create(fields, stream=stream, idempotency_key=idempotency_key)
         if stream:
             return AsyncCreationEventStream(
-                await self._transport.send(options),
-                lambda key: self._call(_recovery(options, key), Session.model_validate),
+                await self._send(options, call),
+                lambda key: self._call(_recovery(options, key), Session.model_validate, call),
             )
-        return await self._call(options, Session.model_validate)
+        return await self._call(options, Session.model_validate, call)
 
-    async def retrieve(self, session_id: str) -> Session:
+    async def retrieve(self, session_id: str, **call: Unpack[CallOptions]) -> Session:
+        """Read a Session: its status, pending required actions and configuration."""
         options = RequestOptions("GET", path(_ONE, session_id=session_id))
-        return await self._call(options, Session.model_validate)
+        return await self._call(options, Session.model_validate, call)
 
-    async def update(self, session_id: str, **params: Unpack[SessionUpdateParams]) -> Session:
-        return await self._call(_update(session_id, params), Session.model_validate)
+    async def update(self, session_id: str, **params: Unpack[_SessionUpdateCall]) -> Session:
+        """Change the given fields of a Session."""
+        fields, call = split_call_options(params)
+        return await self._call(_update(session_id, fields), Session.model_validate, call)
 
     def list(
         self,
@@ -208,10 +237,13 @@ class AsyncSessions(AsyncResource):
         limit: int | None = None,
         order: Order | None = None,
         agent_id: str | None = None,
+        **call: Unpack[CallOptions],
     ) -> AsyncPageRequest[Session]:
+        """Sessions, newest first unless ``order`` says otherwise; iterate for all."""
         query = _list_query(after, limit, order, agent_id)
-        return self._list(_ROOT, query, Session.model_validate)
+        return self._list(_ROOT, query, Session.model_validate, call)
 
-    async def delete(self, session_id: str) -> SessionDeleted:
+    async def delete(self, session_id: str, **call: Unpack[CallOptions]) -> SessionDeleted:
+        """Delete an idle Session."""
         options = RequestOptions("DELETE", path(_ONE, session_id=session_id))
-        return await self._call(options, SessionDeleted.model_validate)
+        return await self._call(options, SessionDeleted.model_validate, call)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing_extensions import Unpack
+
 from .._base_client import RequestOptions
 from .._pagination import AsyncPageRequest, Order, SyncPage, list_params
 from ..types import Turn
-from ._base import AsyncResource, SyncResource, path
+from ._base import AsyncResource, CallOptions, SyncResource, path
 
 __all__ = ["AsyncTurns", "Turns"]
 
@@ -18,8 +20,11 @@ def _retrieve(session_id: str, turn_id: str) -> RequestOptions:
 
 
 class Turns(SyncResource):
-    def retrieve(self, turn_id: str, *, session_id: str) -> Turn:
-        return self._call(_retrieve(session_id, turn_id), Turn.model_validate)
+    """``client.sessions.turns``: read the record of each Turn."""
+
+    def retrieve(self, turn_id: str, *, session_id: str, **call: Unpack[CallOptions]) -> Turn:
+        """Read one Turn of a Session."""
+        return self._call(_retrieve(session_id, turn_id), Turn.model_validate, call)
 
     def list(
         self,
@@ -28,16 +33,20 @@ class Turns(SyncResource):
         after: str | None = None,
         limit: int | None = None,
         order: Order | None = None,
+        **call: Unpack[CallOptions],
     ) -> SyncPage[Turn]:
+        """One page of the Session's Turns; iterating it walks every following page."""
         route = path(_ROOT, session_id=session_id)
-        return self._list(
-            route, list_params(after=after, limit=limit, order=order), Turn.model_validate
-        )
+        query = list_params(after=after, limit=limit, order=order)
+        return self._list(route, query, Turn.model_validate, call)
 
 
 class AsyncTurns(AsyncResource):
-    async def retrieve(self, turn_id: str, *, session_id: str) -> Turn:
-        return await self._call(_retrieve(session_id, turn_id), Turn.model_validate)
+    """The async twin of :class:`Turns`."""
+
+    async def retrieve(self, turn_id: str, *, session_id: str, **call: Unpack[CallOptions]) -> Turn:
+        """Read one Turn of a Session."""
+        return await self._call(_retrieve(session_id, turn_id), Turn.model_validate, call)
 
     def list(
         self,
@@ -46,8 +55,9 @@ class AsyncTurns(AsyncResource):
         after: str | None = None,
         limit: int | None = None,
         order: Order | None = None,
+        **call: Unpack[CallOptions],
     ) -> AsyncPageRequest[Turn]:
+        """The Session's Turns: ``await`` for the first page, ``async for`` for all."""
         route = path(_ROOT, session_id=session_id)
-        return self._list(
-            route, list_params(after=after, limit=limit, order=order), Turn.model_validate
-        )
+        query = list_params(after=after, limit=limit, order=order)
+        return self._list(route, query, Turn.model_validate, call)

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ._base import Clock
-from ._exceptions import StoreClosedError, StoreSchemaError, StoreUnavailableError
+from ._exceptions import StoreClosedError, StoreKeyError, StoreSchemaError, StoreUnavailableError
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
 if TYPE_CHECKING:
@@ -22,6 +22,19 @@ __all__ = ["PostgresResultStore"]
 # Lower case only, so the quoted names below equal what psql users type unquoted, and
 # short enough that the derived index and migrations table names fit in 63 bytes.
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+
+#: A fixed-size digest of a call's key. A btree entry holds at most about 2.7 KB, so a
+#: primary key on the raw ids refuses the long ids a model can produce; uniqueness is
+#: enforced on this digest instead (length prefixes keep the concatenation
+#: unambiguous; md5 because index expressions must be immutable, and PostgreSQL's
+#: sha256 needs a bytea conversion that is not), and lookups use hash indexes, which
+#: have no size limit. A digest collision would need ids crafted by whoever already
+#: controls the calls, the server.
+_KEY_DIGEST = (
+    "md5(length(session_id)::text || ':' || session_id || ':' || "
+    "length(turn_id)::text || ':' || turn_id || ':' || call_id)"
+)
+_RAW_KEY_CONFLICT = "ON CONFLICT (session_id, turn_id, call_id)"
 
 
 #: The database server's time in Unix seconds; ``clock_timestamp()`` moves within a
@@ -115,6 +128,11 @@ class PostgresResultStore(SQLResultStore):
             clock=time.time if clock is None else clock,
             now_sql=_DATABASE_NOW if clock is None else None,
         )
+        if _RAW_KEY_CONFLICT not in self._insert_sql:
+            raise AssertionError("the claim INSERT no longer names the key; update _KEY_DIGEST")
+        self._insert_sql = self._insert_sql.replace(
+            _RAW_KEY_CONFLICT, f"ON CONFLICT (({_KEY_DIGEST}))"
+        )
         settings = {
             "lock_timeout": _milliseconds(lock_timeout),
             "statement_timeout": _milliseconds(statement_timeout),
@@ -128,6 +146,11 @@ class PostgresResultStore(SQLResultStore):
         self._schema = schema
         self._table_name = table
         self._operational_error: type[Exception] = psycopg.OperationalError
+        # Errors about the values, not the server: permanent, so never "unavailable".
+        self._value_errors: tuple[type[Exception], ...] = (
+            psycopg.DataError,
+            psycopg.errors.ProgramLimitExceeded,
+        )
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = (
             psycopg_pool.ConnectionPool(
                 dsn,
@@ -205,6 +228,23 @@ class PostgresResultStore(SQLResultStore):
                     f"INSERT INTO {migrations_table} (version, description) VALUES (%s, %s)",
                     (migration.version, migration.description),
                 )
+            self._index_keys_by_digest(tx)
+
+    def _index_keys_by_digest(self, tx: Transaction) -> None:
+        """Replace the primary key on the raw ids with a unique index on their digest
+        and hash indexes for lookups (see ``_KEY_DIGEST``). Idempotent: it runs on
+        every start, under the migration lock, and does nothing once done."""
+        table, prefix = self._table, self._table_name
+        primary = tx.query(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+            (table,),
+        )
+        if not primary:
+            return
+        tx.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{primary[0][0]}"')
+        tx.execute(f'CREATE UNIQUE INDEX "{prefix}_key_digest" ON {table} (({_KEY_DIGEST}))')
+        tx.execute(f'CREATE INDEX "{prefix}_call_id_hash" ON {table} USING hash (call_id)')
+        tx.execute(f'CREATE INDEX "{prefix}_session_id_hash" ON {table} USING hash (session_id)')
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:
         return StoreUnavailableError(
@@ -217,12 +257,23 @@ class PostgresResultStore(SQLResultStore):
             raise StoreClosedError(f"{self!r} is closed; open the store again")
         return self._pool
 
+    def _refused_value(self, exc: Exception) -> StoreKeyError:
+        # The driver's message can quote the value (an id of kilobytes); name the
+        # problem, not the data.
+        return StoreKeyError(
+            f"PostgreSQL cannot store this call in {self._schema}.{self._table_name}: "
+            f"{type(exc).__name__} ({_first_line(exc)}). Ids and function names must not "
+            "contain NUL characters; this will not succeed on retry"
+        )
+
     @contextmanager
     def _transaction(self) -> Iterator[Transaction]:
         pool = self._open_pool()
         try:
             with pool.connection() as connection, connection.transaction():
                 yield _PostgresTransaction(connection)
+        except self._value_errors as exc:
+            raise self._refused_value(exc) from None
         except self._operational_error as exc:
             raise self._unavailable(exc) from exc
 
@@ -232,5 +283,12 @@ class PostgresResultStore(SQLResultStore):
         try:
             with pool.connection() as connection:
                 yield _PostgresTransaction(connection)
+        except self._value_errors as exc:
+            raise self._refused_value(exc) from None
         except self._operational_error as exc:
             raise self._unavailable(exc) from exc
+
+
+def _first_line(exc: Exception) -> str:
+    """The start of a driver message, short enough to log on every attempt."""
+    return str(exc).splitlines()[0][:200] if str(exc) else "no detail"

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar, cast
 
 import tenacity
 
 from ._base import Clock
-from ._exceptions import StoreClosedError, StoreSchemaError, StoreUnavailableError
+from ._exceptions import (
+    StoreClosedError,
+    StoreCorruptError,
+    StoreSchemaError,
+    StoreUnavailableError,
+)
+from ._records import CallKey, CallRecord, CallState
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
 __all__ = ["SQLiteResultStore"]
@@ -87,6 +94,7 @@ class SQLiteResultStore(SQLResultStore):
         self._lock = threading.RLock()
         self._pending: collections.deque[_PendingWrite[Any]] = collections.deque()
         self._synchronous = "FULL"
+        _create_private(self._path)
         try:
             connection = sqlite3.connect(
                 self._path,
@@ -116,6 +124,9 @@ class SQLiteResultStore(SQLResultStore):
         except sqlite3.OperationalError as exc:
             self.close()
             raise _unavailable(self._path, exc) from exc
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise _corrupt(self._path, exc) from exc
         except BaseException:
             self.close()
             raise
@@ -127,6 +138,31 @@ class SQLiteResultStore(SQLResultStore):
     def path(self) -> str:
         """The database file."""
         return self._path
+
+    def get(self, key: CallKey) -> CallRecord | None:
+        """The call's record, or ``None``; a damaged row raises ``StoreCorruptError``."""
+        with self._naming_damage():
+            return super().get(key)
+
+    def find(
+        self,
+        *,
+        session_id: str | None = None,
+        states: Iterable[CallState] | None = None,
+        limit: int | None = None,
+    ) -> list[CallRecord]:
+        """Records matching the filters, oldest first; a damaged row raises
+        ``StoreCorruptError``."""
+        with self._naming_damage():
+            return super().find(session_id=session_id, states=states, limit=limit)
+
+    @contextmanager
+    def _naming_damage(self) -> Iterator[None]:
+        """Rows are decoded after their read transaction; a bad one names the file."""
+        try:
+            yield
+        except json.JSONDecodeError as exc:
+            raise _corrupt(self._path, exc) from exc
 
     def close(self) -> None:
         with self._lock:
@@ -187,6 +223,9 @@ class SQLiteResultStore(SQLResultStore):
                         pending.result = pending.work(tx)
                     except sqlite3.Error:
                         raise  # the database failed: the whole batch fails
+                    except json.JSONDecodeError as exc:
+                        tx.execute("ROLLBACK TO change")
+                        pending.error = _corrupt(self._path, exc)
                     except Exception as exc:
                         tx.execute("ROLLBACK TO change")
                         pending.error = exc
@@ -231,6 +270,10 @@ class SQLiteResultStore(SQLResultStore):
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
                 raise _unavailable(self._path, exc) from exc
+            except (sqlite3.DatabaseError, json.JSONDecodeError) as exc:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise _corrupt(self._path, exc) from exc
 
     @contextmanager
     def _reading(self) -> Iterator[Transaction]:
@@ -240,6 +283,33 @@ class SQLiteResultStore(SQLResultStore):
                 yield _SQLiteTransaction(connection)
             except sqlite3.OperationalError as exc:
                 raise _unavailable(self._path, exc) from exc
+            except (sqlite3.DatabaseError, json.JSONDecodeError) as exc:
+                raise _corrupt(self._path, exc) from exc
+
+
+def _create_private(path: str) -> None:
+    """Create the database file readable by its owner only, before SQLite does.
+
+    Saved results are function outputs in clear text. SQLite gives the ``-wal`` and
+    ``-shm`` files the database file's permissions, so all three end up ``0600``
+    whatever the umask. An existing file keeps the permissions its owner chose.
+    """
+    if path == ":memory:" or path.startswith("file:") or os.path.exists(path):
+        return
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # another process created it first
+        pass
+    except OSError:
+        return  # sqlite3.connect reports a missing directory in its own words
+
+
+def _corrupt(path: str, exc: Exception) -> StoreCorruptError:
+    what = "a saved result is not valid JSON" if isinstance(exc, ValueError) else str(exc)
+    return StoreCorruptError(
+        f"the SQLite result store at {path!r} is damaged: {what}. Move the file aside "
+        "and start with a new one; the calls it recorded will not be deduplicated"
+    )
 
 
 def _unavailable(path: str, exc: sqlite3.OperationalError) -> StoreUnavailableError:

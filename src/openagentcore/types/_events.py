@@ -127,11 +127,15 @@ class SessionFailedEvent(SessionSnapshotEvent):
 
 
 class TurnEvent(_Event):
-    """Base of the events that carry a Turn snapshot."""
+    """Base of the events about one Turn.
+
+    The contract guarantees only ``session_id`` and ``turn_id``; ``turn`` is the
+    Turn's snapshot when the server includes one, else ``None`` (read the Turn then).
+    """
 
     session_id: str
     turn_id: str
-    turn: Turn
+    turn: Turn | None = None
 
 
 class TurnCreatedEvent(TurnEvent):
@@ -154,6 +158,13 @@ class TerminalTurnEvent(TurnEvent):
     """
 
     usage: TokenUsage | None = None
+
+    @property
+    def status(self) -> str:
+        """The Turn's final status: from the snapshot, else from the event type."""
+        if self.turn is not None:
+            return self.turn.status
+        return self.TYPE.rsplit(".", 1)[-1]
 
 
 class TurnCompletedEvent(TerminalTurnEvent):

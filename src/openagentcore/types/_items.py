@@ -61,7 +61,8 @@ class MessageItem(_Item):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant"] | str
     content: list[Content]
-    status: ItemStatus | str
+    #: The contract's message shape allows a null status; missing is treated the same.
+    status: ItemStatus | str | None = None
     phase: Literal["commentary", "final_answer"] | str | None = None
 
     @property

@@ -27,7 +27,8 @@ class TokenUsage(WireModel):
     """
 
     input_tokens: int
-    input_tokens_details: InputTokensDetails
+    #: ``None`` when the harness reported no breakdown (the contract allows null).
+    input_tokens_details: InputTokensDetails | None = None
     output_tokens: int
-    output_tokens_details: OutputTokensDetails
+    output_tokens_details: OutputTokensDetails | None = None
     total_tokens: int
