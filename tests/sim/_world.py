@@ -37,8 +37,10 @@ from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
 from openagentcore.runner._core import RunnerCore, RunnerError, Serve
 from openagentcore.runner._effects import (
     AskInDoubt,
+    ClaimCall,
     Effect,
     FunctionOutcome,
+    Lookup,
     PostOutcome,
     PostResults,
     ReadSession,
@@ -47,6 +49,7 @@ from openagentcore.runner._effects import (
     SessionOutcome,
     StoreAnswer,
     StoreEffect,
+    WriteMarks,
     perform_store,
 )
 from openagentcore.runner._execution import Hooks, call_sync
@@ -61,7 +64,12 @@ from openagentcore.runner._pump import (
 )
 from openagentcore.runner._registry import FunctionRegistry, describe_function
 from openagentcore.runner._results import IN_DOUBT_ERROR
-from openagentcore.store import CallKey, MemoryResultStore, StoreUnavailableError
+from openagentcore.store import (
+    CallKey,
+    MemoryResultStore,
+    StoreKeyError,
+    StoreUnavailableError,
+)
 from openagentcore.types import (
     FunctionCallAction,
     FunctionCallItem,
@@ -101,6 +109,8 @@ class Faults:
     function_exit: float = 0.0
     cancel_turn: float = 0.0
     early_announce: float = 0.0
+    #: Calls whose ids the store refuses for good (as PostgreSQL refuses a NUL).
+    unstorable_id: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -122,6 +132,7 @@ class Faults:
             function_exit=p(0.5),
             cancel_turn=p(0.1),
             early_announce=p(0.3),
+            unstorable_id=p(0.2),
         )
 
 
@@ -168,6 +179,8 @@ class World:
         self.mutate = mutate
         self.sessions: dict[str, _ServerSession] = {}
         self.subscribers: dict[str, list[_Subscriber]] = {}
+        #: Calls the store refuses to record (their ids cannot be stored).
+        self.unstorable: set[CallKey] = set()
         #: Runs of each call's function (effects).
         self.runs: Counter[CallKey] = Counter()
         self.reports: list[Any] = []
@@ -222,6 +235,8 @@ class World:
             key = CallKey(session.id, session.turn_id, f"call_{session.step}_{j}")
             early = self.chance(self.faults.early_announce)
             call = _ServerCall(key, name, arguments, self.now + (0.05 if early else 0.0))
+            if self.chance(self.faults.unstorable_id):
+                self.unstorable.add(key)
             session.pending[key.call_id] = call
             session.announced.append(call)
             self._publish(session, "call", call)
@@ -273,7 +288,12 @@ class World:
             return
         for event in events:
             call_id = event["call_id"]
-            saved = self.store.get(CallKey(session_id, event["turn_id"], call_id))
+            key = CallKey(session_id, event["turn_id"], call_id)
+            if key in self.unstorable:
+                if event["success"]:
+                    raise Violation(f"seed {self.seed}: unrecordable {call_id} got a success")
+                continue  # nothing can be saved for it: a failure is posted unsaved
+            saved = self.store.get(key)
             if saved is None or saved.result != event:
                 raise Violation(
                     f"seed {self.seed}: posted a result for {call_id} not saved as sent"
@@ -378,6 +398,10 @@ class World:
                         f"seed {self.seed}: {call.name} {call_id} ran {runs} times (limit {limit})"
                     )
                 accepted = session.results.get(call_id)
+                if call.key in self.unstorable:
+                    if runs:
+                        raise Violation(f"seed {self.seed}: unrecordable {call_id} ran")
+                    continue
                 record = self.store.get(call.key)
                 if accepted is None:
                     if call_id in session.pending and call.key not in reported:
@@ -551,7 +575,12 @@ class SimWorker:
 
     def _store(self, effect: StoreEffect) -> None:
         world = self.world
-        if world.chance(world.faults.store_down):
+        keys = [key for key, _ in effect.changes] if isinstance(effect, WriteMarks) else []
+        if isinstance(effect, (ClaimCall, Lookup)):
+            keys = [effect.key]
+        if any(key in world.unstorable for key in keys):
+            answer = StoreAnswer(effect, error=StoreKeyError("ids the store cannot hold"))
+        elif world.chance(world.faults.store_down):
             answer = StoreAnswer(effect, error=StoreUnavailableError("simulated outage"))
         else:
             answer = perform_store(effect, world.store)

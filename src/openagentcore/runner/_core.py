@@ -271,6 +271,9 @@ class Call:
     deadline: float | None = None
     #: Its Turn was cancelled and the function was asked to stop.
     cancelled: bool = False
+    #: False when the store refused its ids for good: its failure is posted unsaved
+    #: (the same bytes every time) and no progress mark is written for it.
+    recorded: bool = True
     #: Why the call is ``DONE`` (for reports and tests).
     outcome: str = ""
 
@@ -1037,6 +1040,9 @@ class RunnerCore:
     # -- progress marks, leases, store health -------------------------------------------------
 
     def _queue_mark(self, key: CallKey, to: CallState, now: float) -> None:
+        call = self.calls.get(key)
+        if call is not None and not call.recorded:
+            return
         if not self._marks:
             self._marks_due = now + MARK_DELAY
         self._marks[key] = to  # a later mark (applied) supersedes an earlier one
@@ -1057,6 +1063,12 @@ class RunnerCore:
         self._marks_writing = False
         if error is None:
             self._store_ok()
+            return
+        if not isinstance(error, StoreUnavailableError):
+            # The store refuses these for good; they are bookkeeping, so drop them.
+            logger.error(
+                "The result store refused %d progress marks: %s", len(effect.changes), error
+            )
             return
         # Bookkeeping only: put them back (newer marks win) and try again later.
         for key, state in effect.changes:
@@ -1106,9 +1118,11 @@ class RunnerCore:
             failure = failure_event(call.key, "The function's result could not be recorded.")
             self._save(call, failure, effect.owner, now)
             return
-        if isinstance(effect, (WriteMarks, RenewLeases)):
+        if call.function is None and self.unknown_functions == "leave":
+            self._leave_unknown(call, None, False)  # not ours to answer, even with a failure
             return
         call.lease_held = False
+        call.recorded = False
         call.record = CallRecord(
             key=call.key,
             function_name=call.name,
