@@ -34,6 +34,7 @@ from ._base import (
     ServeTimeout,
     Until,
     input_event,
+    left,
     turn_result,
 )
 from ._context import CallContext, cancel_call
@@ -198,14 +199,18 @@ class AsyncFunctionRunner(RunnerBase):
         """Send ``input``, serve the calls of the Turn it starts, and return its outcome."""
         deadline = _deadline(timeout)
         if output_type is not None:
-            session = await self.client.sessions.retrieve(session_id)
+            session = await self.client.sessions.retrieve(session_id, **left(deadline))
             check_output_format(session.agent.text, output_type)
         serve = self._attach(session_id, "connected")
         try:
             async with self._reader(serve):
                 await self._wait(serve, deadline)
-                await self.client.sessions.events.create(session_id, events=[input_event(input)])
-                latest = await self.client.sessions.turns.list(session_id, order="desc", limit=1)
+                await self.client.sessions.events.create(
+                    session_id, events=[input_event(input)], **left(deadline)
+                )
+                latest = await self.client.sessions.turns.list(
+                    session_id, order="desc", limit=1, **left(deadline)
+                )
                 if not latest.data:
                     raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
                 self._core.start_turn(serve, latest.data[0].id, latest.data[0].status)
@@ -220,7 +225,10 @@ class AsyncFunctionRunner(RunnerBase):
         items: Sequence[object] | None = serve.streamed_answer()
         if items is None:
             items = [
-                item async for item in self.client.sessions.items.list(session_id, order="asc")
+                item
+                async for item in self.client.sessions.items.list(
+                    session_id, order="asc", **left(deadline)
+                )
             ]
         return turn_result(serve, items, output_type)
 

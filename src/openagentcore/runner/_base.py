@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 import pydantic
 from typing_extensions import TypedDict
 
+from ..resources._base import CallOptions
 from ..store import ResultStore, new_owner_id, open_store
 from ..types import InputMessageEvent, MessageItem, UserMessage
 from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore, RunnerError, Serve
@@ -219,6 +221,13 @@ def final_text(items: Sequence[object], turn_id: str) -> str | None:
     ]
     finals = [m for m in messages if m.phase == "final_answer"] or messages
     return finals[-1].output_text if finals else None
+
+
+def left(deadline: float | None) -> CallOptions:
+    """Per-request options that keep a request of ``run_turn`` within its deadline."""
+    if deadline is None:
+        return {}
+    return {"timeout": max(0.001, deadline - time.monotonic())}
 
 
 def turn_result(

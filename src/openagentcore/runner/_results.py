@@ -52,8 +52,6 @@ def timeout_error(seconds: float, *, idempotent: bool) -> str:
     return text
 
 
-
-
 def _base(key: CallKey, success: bool) -> dict[str, Any]:
     return {"type": TOOL_RESULT, "turn_id": key.turn_id, "call_id": key.call_id, "success": success}
 

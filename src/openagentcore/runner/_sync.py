@@ -33,6 +33,7 @@ from ._base import (
     ServeTimeout,
     Until,
     input_event,
+    left,
     turn_result,
 )
 from ._context import CallContext, cancel_call
@@ -164,15 +165,19 @@ class FunctionRunner(RunnerBase):
         """
         deadline = _deadline(timeout)
         if output_type is not None:
-            session = self.client.sessions.retrieve(session_id)
+            session = self.client.sessions.retrieve(session_id, **left(deadline))
             check_output_format(session.agent.text, output_type)
         serve = self._attach(session_id, "connected")
         try:
             with _Reader(self, serve):
                 self._wait(serve, deadline, interruptible=False)
-                self.client.sessions.events.create(session_id, events=[input_event(input)])
+                self.client.sessions.events.create(
+                    session_id, events=[input_event(input)], **left(deadline)
+                )
                 # The Turn is created in the same transaction that admits the input.
-                latest = self.client.sessions.turns.list(session_id, order="desc", limit=1)
+                latest = self.client.sessions.turns.list(
+                    session_id, order="desc", limit=1, **left(deadline)
+                )
                 if not latest.data:
                     raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
                 with self._lock:
@@ -186,7 +191,7 @@ class FunctionRunner(RunnerBase):
         assert serve.target_turn is not None
         items: Sequence[object] | None = serve.streamed_answer()
         if items is None:
-            items = list(self.client.sessions.items.list(session_id, order="asc"))
+            items = list(self.client.sessions.items.list(session_id, order="asc", **left(deadline)))
         return turn_result(serve, items, output_type)
 
     def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
