@@ -27,6 +27,7 @@ from ._errors import (
     UnprocessableEntityError,
 )
 from ._limits import ResponseLimits
+from ._logs import setup_logging as _setup_logging
 from ._pagination import AsyncPage, SyncPage
 from ._retry import RetryPolicy
 from ._streaming import (
@@ -119,3 +120,5 @@ __all__ = [
     "current_call",
     "structured_output",
 ]
+
+_setup_logging()

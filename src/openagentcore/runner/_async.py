@@ -58,6 +58,7 @@ from ._pump import (
     Connected,
     Dropped,
     Message,
+    Outage,
     Received,
     Stop,
     StreamFailed,
@@ -364,7 +365,7 @@ class AsyncFunctionRunner(RunnerBase):
                 else:
                     future.set_exception(error)
             effects = self._core.take_effects(now)
-            self._observer.observe(self._core.take_notes(), now)
+            self._observer.observe(self._core.take_notes(), now, messages=messages, effects=effects)
             self._changed.set()
             for effect in effects:
                 self._dispatch(effect)
@@ -462,18 +463,23 @@ class AsyncFunctionRunner(RunnerBase):
         """Follow one serve's live stream into the inbox, reconnecting with backoff."""
         assert self._inbox is not None
         put = self._inbox.put
-        retrying = tenacity.AsyncRetrying(
-            retry=tenacity.retry_if_exception(reconnectable),
-            wait=tenacity.wait_random_exponential(multiplier=0.05, max=self.reconnect_max_delay),
-            reraise=True,
-        )
         while True:
+            limit = None if serve.until == "forever" else self.unreachable_timeout
+            outage = Outage(self.client.base_url, limit)
+            retrying = tenacity.AsyncRetrying(
+                retry=tenacity.retry_if_exception(reconnectable),
+                stop=outage,
+                wait=tenacity.wait_random_exponential(
+                    multiplier=0.05, max=self.reconnect_max_delay
+                ),
+                reraise=True,
+            )
             try:
                 async for attempt in retrying:
                     with attempt:
                         stream = await self.client.sessions.events.stream(serve.session_id)
             except Exception as exc:
-                put(StreamFailed(serve.id, exc))
+                put(StreamFailed(serve.id, outage.error(exc)))
                 return
             put(Connected(serve.id))
             error: BaseException | None = None

@@ -51,6 +51,12 @@ class RunnerOptions(TypedDict, total=False):
       error), seconds it waits for its running functions to finish and their results
       to be saved and posted. Whatever is still running then goes on in the background
       until :meth:`close`.
+    - ``unreachable_timeout``: seconds a ``serve(until="idle")`` or ``run_turn`` keeps
+      trying to reach a server it cannot connect to before raising
+      :class:`~openagentcore.APIConnectionError` (``until="forever"`` keeps trying and
+      logs a WARNING now and then).
+    - ``tracer_provider``/``meter_provider``: OpenTelemetry providers for the runner's
+      spans and metrics, instead of the global ones (needs ``openagentcore[otel]``).
     """
 
     store: ResultStore | str | os.PathLike[str] | None
@@ -64,6 +70,9 @@ class RunnerOptions(TypedDict, total=False):
     reconnect_max_delay: float
     poll_interval: float
     shutdown_grace: float
+    unreachable_timeout: float
+    tracer_provider: Any
+    meter_provider: Any
 
 
 class ServeTimeout(TimeoutError):
@@ -99,6 +108,9 @@ class RunnerBase:
         reconnect_max_delay: float = 2.0,
         poll_interval: float = 1.0,
         shutdown_grace: float = 10.0,
+        unreachable_timeout: float = 60.0,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
         if max_concurrency is None:
             max_concurrency = self.default_max_concurrency
@@ -110,6 +122,8 @@ class RunnerBase:
             raise ValueError(
                 f"unknown_functions must be 'leave' or 'fail', got {unknown_functions!r}"
             )
+        if not unreachable_timeout > 0:
+            raise ValueError(f"unreachable_timeout must be positive, got {unreachable_timeout}")
         if shutdown_grace < 0:
             raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
         self.store = open_store(store)
@@ -118,11 +132,17 @@ class RunnerBase:
         #: How often to re-read a Session that waits on calls held by other workers.
         self.poll_interval = poll_interval
         self.shutdown_grace = shutdown_grace
+        #: How long a serve that must end keeps trying to reach the server.
+        self.unreachable_timeout = unreachable_timeout
         self._registry = FunctionRegistry()
         self._hooks = Hooks(error_formatter, on_error)
         self._on_in_doubt = on_in_doubt
         self._on_action = on_action
-        self._observer = CallObserver()
+        self._observer = CallObserver(
+            store_location=str(getattr(self.store, "location", self.store)),
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+        )
         self._core = RunnerCore(
             self._registry,
             owner=new_owner_id(),

@@ -38,7 +38,7 @@ def call_sync(run: RunFunction, hooks: Hooks, context: CallContext) -> FunctionO
     try:
         args, kwargs = run.function.bind(run.arguments, context=context)
     except ArgumentsError as exc:
-        return FunctionOutcome(run.key, failure_event(run.key, str(exc)), ran=False)
+        return _bad_arguments(run, exc, hooks)
     try:
         value = run_with_context(context, run.function.func, *args, **kwargs)
     except asyncio.CancelledError:
@@ -56,7 +56,7 @@ async def call_async(run: RunFunction, hooks: Hooks, context: CallContext) -> Fu
     try:
         args, kwargs = run.function.bind(run.arguments, context=context)
     except ArgumentsError as exc:
-        return FunctionOutcome(run.key, failure_event(run.key, str(exc)), ran=False)
+        return _bad_arguments(run, exc, hooks)
     try:
         func: Callable[..., Awaitable[Any]] = run.function.func
         value = await run_with_context_async(context, func, *args, **kwargs)
@@ -85,13 +85,32 @@ def _succeeded(run: RunFunction, value: object, hooks: Hooks) -> FunctionOutcome
         return _failed(run, exc, hooks)
 
 
+def _bad_arguments(run: RunFunction, exc: ArgumentsError, hooks: Hooks) -> FunctionOutcome:
+    """The model's arguments do not fit the function: it never ran. The model gets the
+    error (naming fields, never values) to correct itself; the operator a WARNING."""
+    logger.warning(
+        "The model called %s with arguments that do not fit (call_id=%s session=%s): %s",
+        run.function.name,
+        run.key.call_id,
+        run.key.session_id,
+        exc,
+    )
+    _tell_on_error(run, exc, hooks)
+    return FunctionOutcome(run.key, failure_event(run.key, str(exc)), ran=False)
+
+
 def _failed(run: RunFunction, exc: Exception, hooks: Hooks) -> FunctionOutcome:
-    logger.debug("Function %s raised %s", run.function.name, type(exc).__name__)
-    if hooks.on_error is not None:
-        try:
-            hooks.on_error(run.key, exc)
-        except Exception:
-            logger.exception("on_error hook raised; ignoring it")
+    # The traceback goes to the logs only: the model sees the formatter's text.
+    logger.warning(
+        "Function %s raised %s (call_id=%s session=%s attempt=%d)",
+        run.function.name,
+        type(exc).__name__,
+        run.key.call_id,
+        run.key.session_id,
+        run.attempt,
+        exc_info=exc,
+    )
+    _tell_on_error(run, exc, hooks)
     text = INTERNAL_ERROR
     if hooks.error_formatter is not None:
         try:
@@ -99,3 +118,11 @@ def _failed(run: RunFunction, exc: Exception, hooks: Hooks) -> FunctionOutcome:
         except Exception:
             logger.exception("error_formatter raised; sending the generic error text")
     return FunctionOutcome(run.key, failure_event(run.key, text))
+
+
+def _tell_on_error(run: RunFunction, exc: Exception, hooks: Hooks) -> None:
+    if hooks.on_error is not None:
+        try:
+            hooks.on_error(run.key, exc)
+        except Exception:
+            logger.exception("on_error hook raised; ignoring it")

@@ -7,11 +7,15 @@ everything that decides lives in :class:`RunnerCore` and here, written once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .._errors import APIStatusError, OpenAgentCoreError
+import httpx
+import tenacity
+
+from .._errors import APIConnectionError, APIStatusError, OpenAgentCoreError
 from ..types import SessionEvent
 from ._core import ActionHandler, InDoubtCall, InDoubtHandler, RunnerCore
 from ._effects import (
@@ -28,6 +32,7 @@ __all__ = [
     "Connected",
     "Dropped",
     "Message",
+    "Outage",
     "Received",
     "Stop",
     "StreamFailed",
@@ -125,6 +130,10 @@ def feed(core: RunnerCore, message: Message, now: float) -> None:
             core.on_connected(serve, now)
         elif isinstance(message, Dropped):
             core.on_dropped(serve)
+        elif isinstance(message.error, APIConnectionError):
+            # The server stayed unreachable past ``unreachable_timeout`` (see Outage):
+            # the serve raises that, naming the URL, rather than a generic RunnerError.
+            serve.fatal = message.error
         else:
             core.on_stream_failed(serve, message.error)
 
@@ -172,6 +181,58 @@ def reconnectable(error: BaseException) -> bool:
     if isinstance(error, APIStatusError):
         return error.status_code >= 500 or error.status_code in (408, 429)
     return isinstance(error, OpenAgentCoreError)
+
+
+class Outage:
+    """How long the server has been unreachable while a serve (re)opens its stream.
+
+    A tenacity ``stop`` condition: it logs a WARNING naming the URL once the outage
+    lasts ``WARN_AFTER`` seconds and every ``WARN_EVERY`` seconds after, and stops a
+    serve that must end (``limit`` seconds) once no connection could be made that long.
+    A serve with ``until="forever"`` (``limit`` is ``None``) keeps trying.
+    """
+
+    WARN_AFTER = 5.0
+    WARN_EVERY = 30.0
+
+    def __init__(self, base_url: httpx.URL, limit: float | None) -> None:
+        self.url = str(base_url.copy_with(username=None, password=None))
+        self.limit = limit
+        self.since: float | None = None
+        self._warned_at = float("-inf")
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        down = now - self.since
+        error = retry_state.outcome.exception() if retry_state.outcome is not None else None
+        give_up = self.limit is not None and down >= self.limit
+        if down >= self.WARN_AFTER and now - self._warned_at >= self.WARN_EVERY:
+            self._warned_at = now
+            logger.warning(
+                "Cannot reach the server at %s for %.0f s (%s); %s",
+                self.url,
+                down,
+                error,
+                "giving up" if give_up else "still trying",
+            )
+        return give_up and isinstance(error, APIConnectionError)
+
+    def error(self, error: Exception) -> Exception:
+        """What the serve raises: a connection error that names the URL and says why."""
+        if not isinstance(error, APIConnectionError) or self.since is None:
+            return error
+        down = time.monotonic() - self.since
+        named = APIConnectionError(
+            request=error.request,
+            message=(
+                f"Cannot reach the server at {self.url} (tried for {down:.0f} s: {error}); "
+                "check base_url or OPENAGENTCORE_BASE_URL and that the server is running"
+            ),
+        )
+        named.__cause__ = error
+        return named
 
 
 def ask_in_doubt(hook: InDoubtHandler, effect: AskInDoubt) -> InDoubtAnswer:

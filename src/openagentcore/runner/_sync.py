@@ -58,6 +58,7 @@ from ._pump import (
     Connected,
     Dropped,
     Message,
+    Outage,
     Received,
     Stop,
     StreamFailed,
@@ -331,7 +332,9 @@ class FunctionRunner(RunnerBase):
                         feed(self._core, message, now)
                     self._verdicts.update(judge(self._core, now))
                     effects = self._core.take_effects(now)
-                    self._observer.observe(self._core.take_notes(), now)
+                    self._observer.observe(
+                        self._core.take_notes(), now, messages=messages, effects=effects
+                    )
                     self._changed.notify_all()
                 # Store calls run right here, one after another, and their answers go
                 # straight back in: two thread hand-offs fewer per write. Requests and
@@ -423,10 +426,11 @@ class _Reader:
     def _run(self) -> None:
         put, serve_id = self.runner._inbox.put, self.serve.id
         while not self._stop.is_set():
+            outage = Outage(self.runner.client.base_url, self._limit())
             try:
-                stream = self._open()
+                stream = self._open(outage)
             except Exception as exc:
-                put(StreamFailed(serve_id, exc))
+                put(StreamFailed(serve_id, outage.error(exc)))
                 return
             if stream is None:
                 return
@@ -447,9 +451,15 @@ class _Reader:
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
 
-    def _open(self) -> EventStream | None:
+    def _limit(self) -> float | None:
+        """How long to try a server that cannot be reached: a serve that must end
+        gives up, one that serves forever does not."""
+        return None if self.serve.until == "forever" else self.runner.unreachable_timeout
+
+    def _open(self, outage: Outage) -> EventStream | None:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(reconnectable),
+            stop=outage,
             wait=tenacity.wait_random_exponential(
                 multiplier=0.05, max=self.runner.reconnect_max_delay
             ),

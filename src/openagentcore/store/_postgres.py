@@ -45,6 +45,18 @@ _RAW_KEY_CONFLICT = "ON CONFLICT (session_id, turn_id, call_id)"
 _DATABASE_NOW = "extract(epoch from clock_timestamp())::float8"
 
 
+def _without_password(dsn: str) -> str:
+    import psycopg.conninfo
+
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "PostgreSQL (unparsable DSN)"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
+
+
 def _milliseconds(seconds: float) -> str:
     return f"{max(1, round(seconds * 1000))}ms"
 
@@ -145,6 +157,8 @@ class PostgresResultStore(SQLResultStore):
 
         self._schema = schema
         self._table_name = table
+        #: Where the records live, for log lines: the DSN without its password.
+        self.location = f"{_without_password(dsn)} table {schema}.{table}"
         self._operational_error: type[Exception] = psycopg.OperationalError
         # Errors about the values, not the server: permanent, so never "unavailable".
         self._value_errors: tuple[type[Exception], ...] = (
