@@ -794,9 +794,11 @@ class RunnerCore:
                 self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)
             else:
                 logger.warning(
-                    "Call %s of %s is in doubt after %d attempts (max_attempts); failing it",
+                    "Call %s of %s in Session %s is in doubt after %d attempts "
+                    "(max_attempts); failing it",
                     call.key.call_id,
                     call.name,
+                    call.key.session_id,
                     attempts,
                 )
                 self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)
@@ -815,9 +817,11 @@ class RunnerCore:
 
     def _decided(self, call: Call, attempts: int, answer: InDoubtAnswer, now: float) -> None:
         logger.warning(
-            "Call %s of %s is in doubt (started, no saved result); resolving with %s",
+            "Call %s of %s in Session %s is in doubt (started, no saved result); "
+            "resolving with %s",
             call.key.call_id,
             call.name,
+            call.key.session_id,
             answer.kind,
         )
         if answer.kind == "rerun":

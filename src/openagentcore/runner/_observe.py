@@ -11,6 +11,7 @@ is installed, records a span per call (GenAI semantic conventions for
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from ._effects import (
     AskInDoubt,
     CallSettled,
     CallStarted,
+    ClaimCall,
     MarkInDoubt,
     Note,
     PostOutcome,
@@ -46,6 +48,8 @@ except ImportError:  # pragma: no cover - the dev environment has it
 #: Warn that the store is unreachable once it has been for this long, then this often.
 STORE_WARN_AFTER = 5.0
 STORE_WARN_EVERY = 30.0
+#: Function names remembered for calls not settled yet.
+_NAMES_LIMIT = 4096
 #: Outcomes that count a call as in doubt even when no effect showed it.
 _IN_DOUBT_OUTCOMES = frozenset({"in_doubt", "in_doubt_elsewhere"})
 #: Outcomes after which the server holds this runner's result.
@@ -83,6 +87,8 @@ class CallObserver:
         self._saves: dict[CallKey, Any] = {}
         #: Calls counted in doubt (once each) until they settle.
         self._doubted: set[CallKey] = set()
+        #: Function names of recently claimed calls, for calls in doubt found by a claim.
+        self._names: OrderedDict[CallKey, str] = OrderedDict()
         self._store_location = store_location
         self._store_down_since: float | None = None
         self._store_warned_at = float("-inf")
@@ -221,6 +227,7 @@ class CallObserver:
         if note.outcome in _IN_DOUBT_OUTCOMES:
             self._mark_in_doubt(note.key, note.function_name)
         self._doubted.discard(note.key)
+        self._names.pop(note.key, None)
         attributes = {
             "gen_ai.tool.name": note.function_name,
             "openagentcore.call.outcome": note.outcome,
@@ -240,6 +247,10 @@ class CallObserver:
         span.end()
 
     def _on_effect(self, effect: object) -> None:
+        if isinstance(effect, ClaimCall):
+            self._names[effect.key] = effect.function_name
+            if len(self._names) > _NAMES_LIMIT:
+                self._names.popitem(last=False)
         if isinstance(effect, (AskInDoubt, TakeOver)) or (
             isinstance(effect, SaveResult) and effect.owner is None
         ):
@@ -280,6 +291,8 @@ class CallObserver:
                         "openagentcore.turn_id": key.turn_id,
                     },
                 )
+                if key in self._doubted:
+                    tracked.span.set_attribute("openagentcore.call.in_doubt", True)
         return tracked
 
     def _child(self, tracked: _Tracked, name: str, key: CallKey) -> Any:
@@ -296,6 +309,7 @@ class CallObserver:
         if key in self._doubted:
             return
         self._doubted.add(key)
+        function_name = function_name or self._names.get(key, "")
         tracked = self._calls.get(key)
         if tracked is not None:
             function_name = tracked.function_name
