@@ -23,6 +23,7 @@ from openagentcore.store import (
     StoreUnavailableError,
     open_store,
 )
+from openagentcore.store._sql import MIGRATIONS
 
 # -- SQLite ---------------------------------------------------------------------------
 
@@ -36,7 +37,7 @@ def test_sqlite_store_uses_wal_and_records_its_schema_version(tmp_path: Path) ->
     connection = sqlite3.connect(path)
     try:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert connection.execute("PRAGMA user_version").fetchone() == (2,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (MIGRATIONS[-1].version,)
         indexes = {row[1] for row in connection.execute("PRAGMA index_list(openagentcore_calls)")}
         assert "openagentcore_calls_state_updated_idx" in indexes
     finally:

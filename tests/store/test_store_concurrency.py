@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from openagentcore.store import CallKey, ResultStore, SQLiteResultStore
+from openagentcore.store._sql import MIGRATIONS
 
 from ._support import StoreSpec, applied_schema_versions, claim_race_worker, keys
 
@@ -88,7 +89,8 @@ def test_first_opens_racing_create_the_schema_once(durable_spec: StoreSpec) -> N
         assert store.find() == []
         store.close()
     # SQLite keeps only the latest version; PostgreSQL records each one applied.
-    expected = [2] if durable_spec.kind == "sqlite" else [1, 2]
+    latest = MIGRATIONS[-1].version
+    expected = [latest] if durable_spec.kind == "sqlite" else list(range(1, latest + 1))
     assert applied_schema_versions(durable_spec) == expected
 
 

@@ -21,6 +21,7 @@ from openagentcore.store import (
     SQLiteResultStore,
     StoreUnavailableError,
 )
+from openagentcore.store._sql import MIGRATIONS
 
 KEY = CallKey("sess_1", "turn_1", "call_1")
 EVENT = {"type": "agent.session.input.tool_result", "call_id": "call_1", "output": "ok"}
@@ -83,7 +84,7 @@ def test_sqlite_upgrades_a_version_1_file_and_keeps_its_rows(tmp_path: Path) -> 
         _check_upgraded(store)
 
     with closing(sqlite3.connect(path)) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone() == (2,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (MIGRATIONS[-1].version,)
         indexes = connection.execute(f"PRAGMA index_list({table})").fetchall()
         assert f"{table}_state_updated_idx" in {row[1] for row in indexes}
         tables = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -116,7 +117,7 @@ def test_postgres_upgrades_a_version_1_table_and_keeps_its_rows(
 
     with psycopg.connect(dsn) as connection:
         versions = connection.execute(f"SELECT version FROM {migrations} ORDER BY 1").fetchall()
-        assert versions == [(1,), (2,)]
+        assert versions == [(m.version,) for m in MIGRATIONS]
         with pytest.raises(psycopg.errors.CheckViolation):
             connection.execute(f"UPDATE {table} SET state = 'bogus'")
 

@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from . import _rules
-from ._exceptions import UnknownCallError
+from ._exceptions import InvalidTransitionError, UnknownCallError
 from ._records import CallKey, CallRecord, CallState, Claim
 
 __all__ = ["Clock", "StoreBase", "normalize_find_filters", "validate_older_than"]
@@ -92,6 +92,30 @@ class StoreBase(abc.ABC):
         except UnknownCallError:
             return False
         return changed
+
+    def settle_by_hand(
+        self, key: CallKey, result: Mapping[str, Any] | None, *, settled_by: str
+    ) -> CallRecord | None:
+        """Settle a call in doubt by hand: save ``result`` (the ``tool_result`` event) for
+        the next ``serve`` or ``recover`` to submit, or with ``None`` forget the record so
+        that the next runner runs the call again. Returns the saved record (``None`` when
+        forgotten); raises :class:`InvalidTransitionError` for a call not in doubt."""
+        text = None if result is None else _rules.encode_result(result)
+        saved = _rules.decode_result(text)
+        record, changed = self._update(
+            key,
+            lambda current, now: _rules.settle_by_hand(
+                current, saved, settled_by=settled_by, now=now
+            ),
+            result_text=text,
+        )
+        if not changed:
+            raise InvalidTransitionError(
+                f"call {key.call_id!r} is {record.state.value}"
+                f"{' with a saved result' if record.has_result() else ''}, not in doubt; "
+                "only a call in doubt can be resolved by hand"
+            )
+        return None if result is None else record
 
     def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
         for key, state in changes:

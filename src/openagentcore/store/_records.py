@@ -87,6 +87,12 @@ class CallRecord:
     lease_expires_at: float | None
     created_at: float
     updated_at: float
+    #: Unix seconds when the call was first found in doubt (started, no saved result, its
+    #: owner gone), kept after it is settled.
+    in_doubt_at: float | None = None
+    #: How a call in doubt was settled: ``rerun`` (run again), ``failed`` or ``result``
+    #: (a runner's policy), ``manual:output`` or ``manual:failed`` (``calls resolve``).
+    settled_by: str | None = None
 
     def has_result(self) -> bool:
         """Whether a result was saved, so it can be (re)submitted without running again."""

@@ -24,6 +24,7 @@ from ._records import (
 )
 
 __all__ = [
+    "CLAIM_COLUMNS",
     "COLUMNS",
     "Row",
     "decode_result",
@@ -39,13 +40,14 @@ __all__ = [
     "release",
     "renew_lease",
     "save_result",
+    "settle_by_hand",
     "started_record",
     "take_over",
     "validate_lease",
 ]
 
-#: Column order of a stored row; the SQL stores use these names for their columns.
-COLUMNS: tuple[str, ...] = (
+#: The columns a claim writes, in stored-row order; the last three are times.
+CLAIM_COLUMNS: tuple[str, ...] = (
     "session_id",
     "turn_id",
     "call_id",
@@ -60,6 +62,8 @@ COLUMNS: tuple[str, ...] = (
     "created_at",
     "updated_at",
 )
+#: Column order of a stored row; the SQL stores use these names for their columns.
+COLUMNS: tuple[str, ...] = (*CLAIM_COLUMNS, "in_doubt_at", "settled_by")
 
 Row = tuple[Any, ...]
 
@@ -123,6 +127,8 @@ def record_to_row(record: CallRecord, result_text: str | None) -> Row:
         record.lease_expires_at,
         record.created_at,
         record.updated_at,
+        record.in_doubt_at,
+        record.settled_by,
     )
 
 
@@ -140,6 +146,8 @@ def record_from_row(row: Sequence[Any]) -> CallRecord:
         lease_expires_at=None if lease is None else float(lease),
         created_at=float(row[11]),
         updated_at=float(row[12]),
+        in_doubt_at=None if row[13] is None else float(row[13]),
+        settled_by=row[14],
     )
 
 
@@ -197,6 +205,8 @@ def take_over(
     )
     if not takeable:
         return None
+    # Taking over a call in doubt (or a stale one, which is in doubt) runs it again.
+    doubted = record.state is CallState.IN_DOUBT or record.owner != owner
     return replace(
         record,
         state=CallState.STARTED,
@@ -204,7 +214,13 @@ def take_over(
         owner=owner,
         lease_expires_at=now + lease_seconds,
         updated_at=now,
+        in_doubt_at=_first_doubt(record, now) if doubted else record.in_doubt_at,
+        settled_by="rerun" if doubted else record.settled_by,
     )
+
+
+def _first_doubt(record: CallRecord, now: float) -> float:
+    return now if record.in_doubt_at is None else record.in_doubt_at
 
 
 def renew_lease(
@@ -224,6 +240,10 @@ def save_result(
     settled call is left as it is (an abandoned call stays abandoned)."""
     if record.has_result() or record.state not in _RUNNABLE:
         return None
+    settled_by = record.settled_by
+    if record.state is CallState.IN_DOUBT and settled_by is None:
+        # A runner's in-doubt policy answered without running the function again.
+        settled_by = "failed" if result.get("success") is False else "result"
     return replace(
         record,
         state=CallState.COMPLETED,
@@ -231,6 +251,7 @@ def save_result(
         owner=record.owner if owner is None else owner,
         lease_expires_at=None,
         updated_at=now,
+        settled_by=settled_by,
     )
 
 
@@ -273,7 +294,13 @@ def mark_in_doubt(
         return None
     if record.owner != owner and not is_stale(record, now=now):
         return None
-    return replace(record, state=CallState.IN_DOUBT, updated_at=now)
+    return replace(
+        record,
+        state=CallState.IN_DOUBT,
+        updated_at=now,
+        in_doubt_at=_first_doubt(record, now),
+        settled_by=None,
+    )
 
 
 def release(record: CallRecord, *, owner: str, now: float) -> CallRecord | Delete | None:
@@ -293,4 +320,34 @@ def release(record: CallRecord, *, owner: str, now: float) -> CallRecord | Delet
         attempts=record.attempts - 1,
         lease_expires_at=None,
         updated_at=now,
+        in_doubt_at=_first_doubt(record, now),
+        settled_by=None,
+    )
+
+
+def settle_by_hand(
+    record: CallRecord, result: dict[str, Any] | None, *, settled_by: str, now: float
+) -> CallRecord | Delete | None:
+    """A person settles a call in doubt (``openagentcore calls resolve``).
+
+    With ``result``, it is saved for the next ``serve`` or ``recover`` to submit. Without,
+    the record is deleted so that the next runner claims the call afresh and runs it:
+    today's runners re-run a call in doubt only for idempotent functions. Only calls in
+    doubt qualify: marked so, or started without a result by an owner that is gone.
+    """
+    if record.has_result():
+        return None
+    if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now):
+        return None
+    if result is None:
+        return DELETE
+    return replace(
+        record,
+        state=CallState.COMPLETED,
+        result=result,
+        owner=None,
+        lease_expires_at=None,
+        updated_at=now,
+        in_doubt_at=_first_doubt(record, now),
+        settled_by=settled_by,
     )

@@ -109,6 +109,17 @@ MIGRATIONS: tuple[Migration, ...] = (
             ),
         },
     ),
+    Migration(
+        3,
+        "remember when a call was found in doubt and how it was settled",
+        by_dialect={
+            dialect: (
+                "ALTER TABLE {table} ADD COLUMN in_doubt_at DOUBLE PRECISION",
+                "ALTER TABLE {table} ADD COLUMN settled_by TEXT",
+            )
+            for dialect in ("sqlite", "postgres")
+        },
+    ),
 )
 
 _KEY_MATCH = "session_id = ? AND turn_id = ? AND call_id = ?"
@@ -148,12 +159,13 @@ class SQLResultStore(StoreBase):
         # Where the time goes in a statement: the database's clock, or a parameter.
         now = "?" if now_sql is None else now_sql
         columns = ", ".join(_rules.COLUMNS)
+        claimed = ", ".join(_rules.CLAIM_COLUMNS)
         # All but the three times, which come from ``now``.
-        values = ", ".join("?" for _ in _rules.COLUMNS[:-3])
+        values = ", ".join("?" for _ in _rules.CLAIM_COLUMNS[:-3])
         self._select = f"SELECT {columns} FROM {table}"
         # The WHERE clause tells SQLite that ON CONFLICT belongs to the INSERT.
         self._insert_sql = self._sql(
-            f"INSERT INTO {table} ({columns}) SELECT {values}, n.t + ?, n.t, n.t "
+            f"INSERT INTO {table} ({claimed}) SELECT {values}, n.t + ?, n.t, n.t "
             f"FROM (SELECT {now} AS t) AS n WHERE true "
             f"ON CONFLICT (session_id, turn_id, call_id) DO NOTHING RETURNING {columns}"
         )
@@ -166,7 +178,8 @@ class SQLResultStore(StoreBase):
         # COALESCE keeps the first saved result even if a caller's rules were wrong.
         self._update_sql = self._sql(
             f"UPDATE {table} SET state = ?, attempts = ?, owner = ?, lease_expires_at = ?, "
-            f"updated_at = ?, result = COALESCE(result, ?) WHERE {_KEY_MATCH}"
+            f"updated_at = ?, in_doubt_at = ?, settled_by = ?, result = COALESCE(result, ?) "
+            f"WHERE {_KEY_MATCH}"
         )
         self._delete_sql = self._sql(f"DELETE FROM {table} WHERE {_KEY_MATCH}")
         prunable = ", ".join("?" for _ in PRUNABLE_STATES)
@@ -223,7 +236,7 @@ class SQLResultStore(StoreBase):
             lease_seconds=lease_seconds,
             now=0.0,
         )
-        row = _rules.record_to_row(record, None)[:-3]
+        row = _rules.record_to_row(record, None)[: len(_rules.CLAIM_COLUMNS) - 3]
 
         def insert(tx: Transaction) -> Claim:
             while True:
@@ -338,6 +351,8 @@ class SQLResultStore(StoreBase):
                 updated.owner,
                 updated.lease_expires_at,
                 updated.updated_at,
+                updated.in_doubt_at,
+                updated.settled_by,
                 result_text,
                 *_key_params(key),
             ),

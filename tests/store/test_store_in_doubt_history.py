@@ -1,0 +1,162 @@
+"""A record keeps that its call was in doubt, and how it was settled (issue 15).
+
+Run against memory, SQLite and PostgreSQL; the SQL stores keep it in the columns
+migration 3 adds.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from openagentcore.store import (
+    CallKey,
+    CallState,
+    InvalidTransitionError,
+    ResultStore,
+    SQLiteResultStore,
+)
+
+from ._support import FakeClock, dead_owner
+
+KEY = CallKey("sess_1", "turn_1", "call_1")
+LEASE = 30.0
+OK = {"type": "agent.session.input.tool_result", "call_id": "call_1", "success": True}
+FAILED = {"type": "agent.session.input.tool_result", "call_id": "call_1", "success": False}
+
+
+def _claim(store: ResultStore, owner: str = "far:1:a") -> None:
+    store.claim(KEY, function_name="pay", arguments_hash="h", owner=owner, lease_seconds=LEASE)
+
+
+def _in_doubt(store: ResultStore) -> None:
+    _claim(store, owner=dead_owner())
+    assert store.mark_in_doubt(KEY, owner="far:2:b", expected_attempts=1)
+
+
+def test_a_call_that_never_was_in_doubt_says_so(store: ResultStore) -> None:
+    _claim(store)
+    store.save_result(KEY, OK, owner="far:1:a")
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.in_doubt_at, record.settled_by) == (None, None)
+
+
+@pytest.mark.parametrize(("event", "settled_by"), [(FAILED, "failed"), (OK, "result")])
+def test_a_policy_answer_is_kept_with_the_moment_it_was_in_doubt(
+    store: ResultStore, event: dict[str, object], settled_by: str
+) -> None:
+    _in_doubt(store)
+    doubted = store.get(KEY)
+    assert doubted is not None
+    assert doubted.in_doubt_at is not None
+    assert doubted.settled_by is None
+
+    store.save_result(KEY, event, owner=None)
+    store.mark(KEY, CallState.SUBMITTED)
+    store.mark(KEY, CallState.APPLIED)
+
+    record = store.get(KEY)
+    assert record is not None
+    assert record.state is CallState.APPLIED
+    assert record.in_doubt_at == doubted.in_doubt_at
+    assert record.settled_by == settled_by
+    assert store.find(states=[CallState.APPLIED]) == [record]
+
+
+def test_a_rerun_is_kept_through_the_new_attempts_result(store: ResultStore) -> None:
+    _in_doubt(store)
+    assert store.take_over(KEY, owner="far:2:b", lease_seconds=LEASE, expected_attempts=1).won
+    store.save_result(KEY, FAILED, owner="far:2:b")
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.attempts, record.settled_by) == (CallState.COMPLETED, 2, "rerun")
+    assert record.in_doubt_at is not None
+
+
+def test_taking_over_a_stale_claim_is_a_rerun_of_a_call_in_doubt(
+    store: ResultStore, clock: FakeClock
+) -> None:
+    _claim(store, owner="far:1:a")
+    clock.advance(LEASE + 1)
+    assert store.take_over(KEY, owner="far:2:b", lease_seconds=LEASE, expected_attempts=1).won
+
+    record = store.get(KEY)
+    assert record is not None
+    assert record.settled_by == "rerun"
+    assert record.in_doubt_at is not None
+
+
+def test_settling_by_hand_saves_a_result_to_submit(store: ResultStore) -> None:
+    _in_doubt(store)
+
+    saved = store.settle_by_hand(KEY, OK, settled_by="manual:output")  # type: ignore[attr-defined]
+
+    record = store.get(KEY)
+    assert record == saved
+    assert record is not None
+    assert record.state is CallState.COMPLETED
+    assert record.result == OK
+    assert record.settled_by == "manual:output"
+    assert record.in_doubt_at is not None
+
+
+def test_a_stale_started_call_can_be_settled_by_hand(store: ResultStore) -> None:
+    _claim(store, owner=dead_owner())
+
+    store.settle_by_hand(KEY, FAILED, settled_by="manual:failed")  # type: ignore[attr-defined]
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.settled_by) == (CallState.COMPLETED, "manual:failed")
+
+
+def test_a_rerun_by_hand_forgets_the_record_so_the_next_claim_wins(store: ResultStore) -> None:
+    _in_doubt(store)
+
+    assert store.settle_by_hand(KEY, None, settled_by="manual:rerun") is None  # type: ignore[attr-defined]
+
+    assert store.get(KEY) is None
+    claim = store.claim(
+        KEY, function_name="pay", arguments_hash="h", owner="far:3:c", lease_seconds=LEASE
+    )
+    assert claim.won
+
+
+def test_only_calls_in_doubt_can_be_settled_by_hand(store: ResultStore) -> None:
+    _claim(store, owner="far:1:a")  # alive and running
+    with pytest.raises(InvalidTransitionError, match="not in doubt"):
+        store.settle_by_hand(KEY, OK, settled_by="manual:output")  # type: ignore[attr-defined]
+    store.save_result(KEY, OK, owner="far:1:a")
+    with pytest.raises(InvalidTransitionError, match="saved result"):
+        store.settle_by_hand(KEY, FAILED, settled_by="manual:failed")  # type: ignore[attr-defined]
+    record = store.get(KEY)
+    assert record is not None
+    assert record.result == OK
+
+
+def test_a_version_2_sqlite_file_gains_the_columns_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "calls.db"
+    with SQLiteResultStore(path) as store:
+        _claim(store)
+    # Back to version 2, as an older openagentcore left it.
+    with closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("ALTER TABLE openagentcore_calls DROP COLUMN in_doubt_at")
+        connection.execute("ALTER TABLE openagentcore_calls DROP COLUMN settled_by")
+        connection.execute("PRAGMA user_version = 2")
+
+    with SQLiteResultStore(path) as store:
+        record = store.get(KEY)
+        assert record is not None
+        assert (record.function_name, record.in_doubt_at, record.settled_by) == ("pay", None, None)
+        assert store.mark_in_doubt(KEY, owner="far:1:a", expected_attempts=1)
+        doubted = store.get(KEY)
+        assert doubted is not None
+        assert doubted.in_doubt_at is not None
+    with closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone() == (3,)
