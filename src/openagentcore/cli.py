@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from . import Client
+    from . import Client, FunctionRunner
+    from .runner import ServeReport
     from .store import CallRecord, ResultStore
 
 __all__ = [
@@ -39,7 +40,8 @@ __all__ = [
 ]
 
 EXIT_OK = 0
-#: ``recover`` found something a person must look at; ``calls show`` found no such call.
+#: ``recover`` found something a person must look at; ``calls show`` or ``calls resolve``
+#: found no such call, or ``calls resolve`` a call that is not in doubt.
 EXIT_ATTENTION = 1
 #: The command line itself is wrong (argparse's own code).
 EXIT_USAGE = 2
@@ -62,7 +64,8 @@ _EXIT_CODES_HELP = f"""\
 exit codes:
   {EXIT_OK:<3}  success
   {EXIT_ATTENTION:<3}  recover: a conflict, a refused result or an unreachable store needs a
-       person; calls show: no such call in the store
+       person; calls show/resolve: no such call in the store; calls resolve:
+       the call is not in doubt
   {EXIT_USAGE:<3}  bad command line
   {EXIT_CONFIG:<3}  no API key or base URL, or the server refused the key
   {EXIT_NOT_FOUND:<3}  the server has no such Session
@@ -86,7 +89,8 @@ class CommandError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: ``dev``, ``calls list|show|prune``, ``pending``, ``recover``."""
+    """The whole command line: ``dev``, ``calls list|show|resolve|prune``, ``pending``,
+    ``recover``."""
     from . import __version__
 
     parser = argparse.ArgumentParser(
@@ -354,7 +358,8 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
         action="append",
         default=[],
         help="only calls in this state (started, completed, submitted, applied, in_doubt, "
-        "rejected, abandoned); repeatable",
+        "rejected, abandoned); repeatable. in_doubt also lists started calls whose owner is "
+        "gone (its process died or its lease ran out)",
     )
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     _json_option(listing)
@@ -369,6 +374,28 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     show.add_argument("call_id")
     _json_option(show)
     show.set_defaults(handler=_run_calls_show)
+    resolve = _new_subcommand(
+        actions,
+        "resolve",
+        help="settle a call in doubt by hand",
+        description=(
+            "Settle a call in doubt (started, no saved result, its owner gone) once you "
+            "know what its function did. --output and --failed save a result that the next "
+            "serve or recover submits; --rerun forgets the record so that the next runner "
+            "serving the Session runs the function again."
+        ),
+    )
+    _store_options(resolve, required=True)
+    resolve.add_argument("call_id")
+    resolve.add_argument("--session", help="the call's Session, if several use this call id")
+    outcome = resolve.add_mutually_exclusive_group(required=True)
+    outcome.add_argument("--output", metavar="TEXT", help="the function succeeded with TEXT")
+    outcome.add_argument("--failed", metavar="MESSAGE", help="the call failed with MESSAGE")
+    outcome.add_argument(
+        "--rerun", action="store_true", help="run the function again (its effect is safe to repeat)"
+    )
+    _json_option(resolve)
+    resolve.set_defaults(handler=_run_calls_resolve)
     prune = _new_subcommand(
         actions,
         "prune",
@@ -415,7 +442,11 @@ def _add_recover(subcommands: argparse._SubParsersAction[argparse.ArgumentParser
             "OPENAGENTCORE_BASE_URL."
         ),
     )
-    recover.add_argument("session_id")
+    target = recover.add_mutually_exclusive_group(required=True)
+    target.add_argument("session_id", nargs="?", help="the Session to recover")
+    target.add_argument(
+        "--agent", metavar="AGENT_ID", help="recover every Session of this Agent, one by one"
+    )
     _store_options(recover, required=True)
     _json_option(recover)
     recover.set_defaults(handler=_run_recover)
@@ -493,7 +524,9 @@ def _iso(timestamp: float) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _record_json(record: CallRecord) -> dict[str, object]:
+def _record_json(record: CallRecord, *, in_doubt: bool) -> dict[str, object]:
+    """``in_doubt``: whether the call is in doubt now (marked so, or started without a
+    result by an owner that is gone); ``in_doubt_at``/``settled_by`` keep its history."""
     return {
         "session_id": record.key.session_id,
         "turn_id": record.key.turn_id,
@@ -506,6 +539,9 @@ def _record_json(record: CallRecord) -> dict[str, object]:
         "arguments_hash": record.arguments_hash,
         "created_at": _iso(record.created_at),
         "updated_at": _iso(record.updated_at),
+        "in_doubt": in_doubt,
+        "in_doubt_at": None if record.in_doubt_at is None else _iso(record.in_doubt_at),
+        "settled_by": record.settled_by,
         "result": record.result,
     }
 
@@ -518,41 +554,119 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     from .store import CallState
 
     try:
-        states = [CallState(value) for value in args.state] or None
+        states = {CallState(value) for value in args.state} or None
     except ValueError as error:
         parser.error(str(error))
     store = _open(args, parser)
     try:
-        records = store.find(session_id=args.session, states=states, limit=args.limit)
+        if states is not None and CallState.IN_DOUBT in states:
+            # A started call whose owner is gone is in doubt too, though no runner has
+            # marked it yet (recover lists such calls without touching them).
+            found = store.find(session_id=args.session, states=states | {CallState.STARTED})
+            records = [
+                record for record in found if record.state in states or store.is_stale(record)
+            ][: args.limit]
+        else:
+            records = store.find(session_id=args.session, states=states, limit=args.limit)
+        doubted = {record.key for record in records if _in_doubt(store, record)}
     finally:
         store.close()
     if args.json:
-        _print_json([_record_json(record) for record in records])
+        _print_json([_record_json(r, in_doubt=r.key in doubted) for r in records])
         return EXIT_OK
     print(f"{'UPDATED (UTC)':19}  {'STATE':9}  {'TRIES':>5}  {'FUNCTION':24}  SESSION / CALL")
     for record in records:
+        note = ""
+        if record.state is CallState.STARTED and record.key in doubted:
+            note = "  (in doubt: its owner is gone)"
+        elif record.settled_by is not None:
+            note = f"  (was in doubt; settled by {record.settled_by})"
         print(
             f"{_when(record.updated_at):19}  {record.state.value:9}  {record.attempts:>5}  "
             f"{record.function_name[:24]:24}  {record.key.session_id} / {record.key.call_id}"
+            f"{note}"
         )
     print(f"{len(records)} call(s)")
     return EXIT_OK
+
+
+def _in_doubt(store: ResultStore, record: CallRecord) -> bool:
+    from .store import CallState
+
+    return record.state is CallState.IN_DOUBT or store.is_stale(record)
 
 
 def _run_calls_show(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     store = _open(args, parser)
     try:
         matches = [r for r in store.find() if r.key.call_id == args.call_id]
+        shown = [_record_json(r, in_doubt=_in_doubt(store, r)) for r in matches]
     finally:
         store.close()
     if args.json:
-        _print_json([_record_json(record) for record in matches])
+        _print_json(shown)
     else:
-        for record in matches:
-            _print_json(_record_json(record))
+        for document in shown:
+            _print_json(document)
     if not matches:
         print(f"No call {args.call_id} in {args.store}", file=sys.stderr)
         return EXIT_ATTENTION
+    return EXIT_OK
+
+
+def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .runner._results import failure_event, success_event
+    from .store import InvalidTransitionError
+    from .store._base import StoreBase
+
+    store = _open(args, parser)
+    try:
+        matches = [r for r in store.find(session_id=args.session) if r.key.call_id == args.call_id]
+        if not matches:
+            where = f" of Session {args.session}" if args.session else ""
+            raise CommandError(EXIT_ATTENTION, f"no call {args.call_id}{where} in {args.store}")
+        if len(matches) > 1:
+            sessions = ", ".join(r.key.session_id for r in matches)
+            parser.error(f"call {args.call_id} is in several Sessions ({sessions}); add --session")
+        (record,) = matches
+        key = record.key
+        if args.rerun:
+            event, how = None, "manual:rerun"
+        elif args.failed is not None:
+            event, how = failure_event(key, args.failed), "manual:failed"
+        else:
+            try:
+                event = success_event(key, args.output)
+            except ValueError as error:
+                parser.error(f"--output cannot be sent: {error}")
+            how = "manual:output"
+        assert isinstance(store, StoreBase)
+        try:
+            settled = store.settle_by_hand(key, event, settled_by=how)
+        except InvalidTransitionError as error:
+            raise CommandError(EXIT_ATTENTION, str(error)) from None
+    finally:
+        store.close()
+    if args.json:
+        _print_json(
+            {
+                "session_id": key.session_id,
+                "turn_id": key.turn_id,
+                "call_id": key.call_id,
+                "settled_by": how,
+                "record": None if settled is None else _record_json(settled, in_doubt=False),
+            }
+        )
+    elif settled is None:
+        print(
+            f"Call {key.call_id} forgotten: the next runner serving Session {key.session_id} "
+            "runs it again"
+        )
+    else:
+        print(
+            f"Call {key.call_id} settled ({how}): the next serve or `openagentcore recover "
+            f"{key.session_id}` submits the result"
+        )
     return EXIT_OK
 
 
@@ -672,17 +786,83 @@ def _run_recover(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     with _client() as client:
         runner = FunctionRunner(client, store=store, max_concurrency=1)
         try:
+            if args.agent is not None:
+                return _recover_agent(args, client, runner)
             report = runner.recover(args.session_id)
         finally:
             runner.close()
-    needs_a_person = bool(report.conflicts or report.rejected or report.store_errors)
-    code = EXIT_ATTENTION if needs_a_person else EXIT_OK
+    code = EXIT_ATTENTION if _needs_a_person(report) else EXIT_OK
     if args.json:
         _print_json(_report_json(report))
         return code
-    print(f"Session {args.session_id}: {report.results_resubmitted} saved result(s) resubmitted")
+    _print_report(report)
+    return code
+
+
+def _needs_a_person(report: ServeReport) -> bool:
+    return bool(report.conflicts or report.rejected or report.store_errors)
+
+
+def _recover_agent(args: argparse.Namespace, client: Client, runner: FunctionRunner) -> int:
+    """Recover every Session of an Agent; on a terminal, stderr shows the progress."""
+    from .runner import RunnerError
+
+    progress = _Progress(sys.stderr)
+    reports: list[dict[str, object]] = []
+    attention = False
+    for index, session in enumerate(client.sessions.list(agent_id=args.agent), start=1):
+        progress.show(f"recovering Session {index} ({session.id})")
+        try:
+            report = runner.recover(session.id)
+        except RunnerError as error:  # deleted meanwhile: say so and go on
+            attention = True
+            reports.append({"session_id": session.id, "error": str(error)})
+            if not args.json:
+                progress.clear()
+                print(f"Session {session.id}: {error}")
+            continue
+        attention = attention or _needs_a_person(report)
+        reports.append(_report_json(report))
+        if not args.json:
+            progress.clear()
+            _print_report(report)
+    progress.clear()
+    if args.json:
+        _print_json({"agent_id": args.agent, "sessions": reports})
+    else:
+        print(f"Agent {args.agent}: {len(reports)} Session(s) recovered")
+    return EXIT_ATTENTION if attention else EXIT_OK
+
+
+class _Progress:
+    """One line rewritten in place, only when ``stream`` is a terminal."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._on = bool(getattr(stream, "isatty", lambda: False)())
+        self._width = 0
+
+    def show(self, text: str) -> None:
+        if self._on:
+            self._stream.write("\r" + text.ljust(self._width))
+            self._stream.flush()
+            self._width = len(text)
+
+    def clear(self) -> None:
+        if self._on and self._width:
+            self._stream.write("\r" + " " * self._width + "\r")
+            self._stream.flush()
+            self._width = 0
+
+
+def _print_report(report: ServeReport) -> None:
+    session_id = report.session_id
+    print(f"Session {session_id}: {report.results_resubmitted} saved result(s) resubmitted")
     for key in report.in_doubt:
-        print(f"  in doubt: call {key.call_id} (turn {key.turn_id}); run your runner to resolve it")
+        print(
+            f"  in doubt: call {key.call_id} (turn {key.turn_id}); run your runner to resolve "
+            f"it, or settle it by hand with `openagentcore calls resolve {key.call_id}`"
+        )
     for key in report.left_pending:
         print(f"  pending without a saved result: call {key.call_id} (turn {key.turn_id})")
     for key in report.conflicts:
@@ -694,7 +874,6 @@ def _run_recover(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
             f"  the result store was unreachable {report.store_errors} time(s), so some calls "
             "may not have been looked at; run recover again once it is back"
         )
-    return code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,331 @@
+"""Calls in doubt from the command line: listing them, settling them by hand, and
+recovering every Session of an Agent (issue 15). Against real SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from openagentcore import Client, FunctionRunner, PostgresResultStore, SQLiteResultStore
+from openagentcore.cli import EXIT_ATTENTION, EXIT_OK, main
+from openagentcore.store import CallKey, CallState, ResultStore
+from openagentcore.types import FunctionCallAction, FunctionCallOutputItem
+
+from ._support import TOOL, pending_call
+
+Setup = tuple[Client, str, FunctionCallAction, Path]
+
+
+@dataclass
+class StoreUnderTest:
+    """A result store the CLI opens with ``args``, and the tests open with ``open``."""
+
+    args: list[str]
+    kind: str
+    path: Path | None = None
+    dsn: str = ""
+    table: str = ""
+
+    def open(self) -> ResultStore:
+        if self.path is not None:
+            return SQLiteResultStore(self.path)
+        return PostgresResultStore(self.dsn, table=self.table)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreUnderTest]:
+    if request.param == "sqlite":
+        path = tmp_path / "calls.db"
+        SQLiteResultStore(path).close()
+        yield StoreUnderTest(["--store", str(path)], "sqlite", path=path)
+        return
+    dsn = os.environ.get("OPENAGENTCORE_TEST_POSTGRES_DSN")
+    if not dsn:
+        pytest.skip("set OPENAGENTCORE_TEST_POSTGRES_DSN to run the PostgreSQL CLI tests")
+    table = f"cli_{secrets.token_hex(5)}"
+    PostgresResultStore(dsn, table=table).close()
+    yield StoreUnderTest(["--store", dsn, "--table", table], "postgres", dsn=dsn, table=table)
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f'DROP TABLE IF EXISTS "public"."{table}"')
+        connection.execute(f'DROP TABLE IF EXISTS "public"."{table}_migrations"')
+
+
+def _leave_in_doubt(store: StoreUnderTest, session_id: str, action: FunctionCallAction) -> CallKey:
+    """A runner on another host claimed the call and vanished: its lease ran out."""
+    key = CallKey(session_id, action.turn_id, action.call_id)
+    opened = store.open()
+    try:
+        assert opened.claim(
+            key,
+            function_name=action.name,
+            arguments_hash="x",
+            owner="another-host:1:ab",
+            lease_seconds=0.05,
+        ).won
+    finally:
+        opened.close()
+    time.sleep(0.2)
+    return key
+
+
+def _json(argv: list[str], capsys: pytest.CaptureFixture[str], code: int = EXIT_OK) -> object:
+    assert main([*argv, "--json"]) == code
+    return json.loads(capsys.readouterr().out)
+
+
+def _record(store: StoreUnderTest, key: CallKey) -> object:
+    opened = store.open()
+    try:
+        return opened.get(key)
+    finally:
+        opened.close()
+
+
+def _wait_output(client: Client, session_id: str) -> FunctionCallOutputItem:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for item in client.sessions.items.list(session_id, order="asc"):
+            if isinstance(item, FunctionCallOutputItem):
+                return item
+        time.sleep(0.05)
+    raise AssertionError("the result never reached the server")
+
+
+def test_calls_list_in_doubt_shows_a_started_call_whose_owner_is_gone_after_recover(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's case: after a kill -9 and ``recover``, the list showed 0 calls."""
+    _, session_id, action, _ = setup
+    key = _leave_in_doubt(store, session_id, action)
+    assert main(["recover", session_id, *store.args]) == EXIT_OK
+    capsys.readouterr()
+
+    listed = _json(["calls", "list", *store.args, "--state", "in_doubt"], capsys)
+
+    assert isinstance(listed, list)
+    assert [(r["call_id"], r["state"], r["in_doubt"]) for r in listed] == [
+        (key.call_id, "started", True)
+    ]
+    assert main(["calls", "list", *store.args, "--state", "in_doubt"]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "(in doubt: its owner is gone)" in text
+    assert text.rstrip().endswith("1 call(s)")
+
+
+def test_calls_list_in_doubt_leaves_out_a_call_still_running(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, session_id, action, _ = setup
+    opened = store.open()
+    key = CallKey(session_id, action.turn_id, action.call_id)
+    opened.claim(key, function_name="refund", arguments_hash="x", owner="h:1:a", lease_seconds=600)
+    opened.close()
+
+    assert _json(["calls", "list", *store.args, "--state", "in_doubt"], capsys) == []
+    started = _json(["calls", "list", *store.args, "--state", "started"], capsys)
+    assert isinstance(started, list)
+    assert [(r["state"], r["in_doubt"]) for r in started] == [("started", False)]
+
+
+@pytest.mark.parametrize(
+    ("option", "settled_by", "status", "shown"),
+    [
+        (["--output", "refunded by hand"], "manual:output", "completed", "refunded by hand"),
+        (["--failed", "refund status unknown"], "manual:failed", "failed", "refund status unknown"),
+    ],
+    ids=["output", "failed"],
+)
+def test_calls_resolve_saves_a_result_the_next_recover_submits(
+    setup: Setup,
+    store: StoreUnderTest,
+    capsys: pytest.CaptureFixture[str],
+    option: list[str],
+    settled_by: str,
+    status: str,
+    shown: str,
+) -> None:
+    client, session_id, action, _ = setup
+    key = _leave_in_doubt(store, session_id, action)
+
+    resolved = _json(["calls", "resolve", action.call_id, *store.args, *option], capsys)
+    assert isinstance(resolved, dict)
+    assert resolved["settled_by"] == settled_by
+    assert resolved["record"]["state"] == "completed"
+
+    assert main(["recover", session_id, *store.args]) == EXIT_OK
+    capsys.readouterr()
+    output = _wait_output(client, session_id)
+    assert output.call_id == action.call_id
+    assert output.status == status
+    assert shown in json.dumps(output.model_dump())
+
+    (record,) = _json(["calls", "show", action.call_id, *store.args], capsys)  # type: ignore[misc]
+    assert record["settled_by"] == settled_by
+    assert record["in_doubt_at"] is not None
+    assert record["in_doubt"] is False
+    assert record["state"] in ("submitted", "applied")
+    stored = _record(store, key)
+    assert getattr(stored, "settled_by", None) == settled_by
+
+
+def test_calls_resolve_rerun_lets_the_next_runner_run_the_function(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, session_id, action, _ = setup
+    key = _leave_in_doubt(store, session_id, action)
+
+    assert main(["calls", "resolve", action.call_id, *store.args, "--rerun"]) == EXIT_OK
+    assert "runs it again" in capsys.readouterr().out
+    assert _record(store, key) is None
+
+    runs: list[str] = []
+    runner = FunctionRunner(client, store=store.open())
+
+    @runner.function(name="refund")
+    def refund(order_id: str = "") -> str:
+        """Refund an order."""
+        runs.append(order_id)
+        return "refunded again"
+
+    with runner:
+        report = runner.serve(session_id, timeout=30)
+    assert report.calls_run == 1
+    assert len(runs) == 1
+    assert _wait_output(client, session_id).status == "completed"
+
+
+def test_calls_resolve_refuses_a_call_that_is_not_in_doubt(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, session_id, action, _ = setup
+    opened = store.open()
+    key = CallKey(session_id, action.turn_id, action.call_id)
+    opened.claim(key, function_name="refund", arguments_hash="x", owner="h:1:a", lease_seconds=600)
+    opened.close()
+
+    assert main(["calls", "resolve", action.call_id, *store.args, "--output", "x"]) == (
+        EXIT_ATTENTION
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "not in doubt" in err
+    assert main(["calls", "resolve", "call_unknown", *store.args, "--rerun"]) == EXIT_ATTENTION
+    assert "no call call_unknown" in capsys.readouterr().err
+    record = _record(store, key)
+    assert getattr(record, "state", None) is CallState.STARTED
+
+
+def test_calls_resolve_needs_exactly_one_outcome(store: StoreUnderTest) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["calls", "resolve", "call_1", *store.args, "--output", "x", "--rerun"])
+    assert exited.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["calls", "resolve", "call_1", *store.args])
+
+
+# -- recover --agent ------------------------------------------------------------------------
+
+
+def _agent_sessions(client: Client, count: int) -> tuple[str, list[str]]:
+    agent = client.agents.create(model="scripted", tools=[TOOL])
+    sessions = [client.sessions.create(agent_id=agent.id, input="go").id for _ in range(count)]
+    for session_id in sessions:
+        pending_call(client, session_id)
+    return agent.id, sessions
+
+
+def test_recover_agent_walks_every_session_of_the_agent(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, other_session, _, _ = setup
+    agent_id, sessions = _agent_sessions(client, 3)
+    # One of them has a saved result waiting to be submitted.
+    action = pending_call(client, sessions[1])
+    key = _leave_in_doubt(store, sessions[1], action)
+    opened = store.open()
+    opened.settle_by_hand(  # type: ignore[attr-defined]
+        key,
+        {
+            "type": "agent.session.input.tool_result",
+            "turn_id": key.turn_id,
+            "call_id": key.call_id,
+            "success": True,
+            "output": "done",
+        },
+        settled_by="manual:output",
+    )
+    opened.close()
+
+    document = _json(["recover", "--agent", agent_id, *store.args], capsys)
+
+    assert isinstance(document, dict)
+    assert document["agent_id"] == agent_id
+    reports = {report["session_id"]: report for report in document["sessions"]}
+    assert set(reports) == set(sessions)
+    assert other_session not in reports
+    assert reports[sessions[1]]["results_resubmitted"] == 1
+    assert [reports[s]["left_pending"] != [] for s in sessions] == [True, False, True]
+    assert _wait_output(client, sessions[1]).call_id == key.call_id
+
+    assert main(["recover", "--agent", agent_id, *store.args]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert all(f"Session {s}:" in text for s in sessions)
+    assert f"Agent {agent_id}: 3 Session(s) recovered" in text
+
+
+def test_recover_takes_a_session_or_an_agent_not_both(store: StoreUnderTest) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["recover", "sess_1", "--agent", "agent_1", *store.args])
+    assert exited.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["recover", *store.args])
+
+
+def test_recover_agent_shows_progress_on_a_terminal_only(
+    setup: Setup, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, _, _, _ = setup
+    agent_id, sessions = _agent_sessions(client, 2)
+    path = tmp_path / "progress.db"
+    SQLiteResultStore(path).close()
+    command = [sys.executable, "-m", "openagentcore.cli", "recover", "--agent", agent_id]
+    command += ["--store", str(path)]
+
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(command, stderr=follower, stdout=subprocess.PIPE, timeout=60)
+        os.close(follower)
+        terminal = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            terminal += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == EXIT_OK
+    shown = terminal.decode()
+    # Newest first, as the server lists them.
+    assert f"\rrecovering Session 1 ({sessions[1]})" in shown
+    assert f"\rrecovering Session 2 ({sessions[0]})" in shown
+    assert "recovering" not in done.stdout.decode()
+
+    piped = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert piped.returncode == EXIT_OK
+    assert "recovering" not in piped.stderr
+    assert f"Agent {agent_id}: 2 Session(s) recovered" in piped.stdout
