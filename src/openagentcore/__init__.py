@@ -38,6 +38,7 @@ from ._streaming import (
 )
 from .resources._base import CallOptions
 from .runner import (
+    ArgumentsError,
     AsyncFunctionRunner,
     CallContext,
     Cancellation,
@@ -75,6 +76,7 @@ __all__ = [
     "AsyncClient",
     "AsyncCreationEventStream",
     "AsyncEventStream",
+    "ArgumentsError",
     "AsyncFunctionRunner",
     "AsyncPage",
     "AuthenticationError",

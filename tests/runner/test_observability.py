@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from anyio.from_thread import start_blocking_portal
 
-from openagentcore import APIConnectionError, AsyncClient, Client
+from openagentcore import APIConnectionError, ArgumentsError, AsyncClient, Client
 from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import (
     INTERNAL_ERROR,
@@ -22,7 +22,6 @@ from openagentcore.runner import (
     ServeTimeout,
 )
 from openagentcore.runner._pump import Outage
-from openagentcore.runner._registry import ArgumentsError
 from openagentcore.store import CallKey, MemoryResultStore
 
 from ._support import PAIRED, Flavour, Harness, RunnerKind, flavoured, one_turn

@@ -129,7 +129,11 @@ def test_each_call_is_an_execute_tool_span_with_save_and_post_children(
 
 
 def test_a_call_in_doubt_is_counted_and_marked_on_its_span(
-    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, telemetry: Telemetry
+    make_core: MakeCore,
+    make_harness: MakeHarness,
+    flavour: Flavour,
+    telemetry: Telemetry,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A started record without a result whose owner is gone: an idempotent function
     runs again, and the call is counted in doubt once."""
@@ -150,7 +154,10 @@ def test_a_call_in_doubt_is_counted_and_marked_on_its_span(
     store.claim(
         key, function_name="_lookup", arguments_hash="x", owner="dead-owner", lease_seconds=0.01
     )
+    caplog.set_level(logging.WARNING, logger="openagentcore.runner")
     assert harness.serve(session_id).in_doubt == [key]
+    (warning,) = [r.getMessage() for r in caplog.records if "in doubt" in r.getMessage()]
+    assert all(part in warning for part in (key.call_id, key.session_id, "_lookup", "rerun"))
     record = store.get(key)
     assert record is not None
     assert record.state in (CallState.SUBMITTED, CallState.APPLIED)

@@ -5,7 +5,7 @@ from ._base import RunnerError, ServeTimeout
 from ._context import CallContext, Cancellation, current_call
 from ._core import InDoubtCall, InDoubtDecision, PendingCall
 from ._output import StructuredOutputError, structured_output
-from ._registry import RegisteredFunction
+from ._registry import ArgumentsError, RegisteredFunction
 from ._report import ServeReport, TurnResult
 from ._results import IN_DOUBT_ERROR, INTERNAL_ERROR
 from ._sync import FunctionRunner
@@ -13,6 +13,7 @@ from ._sync import FunctionRunner
 __all__ = [
     "IN_DOUBT_ERROR",
     "INTERNAL_ERROR",
+    "ArgumentsError",
     "AsyncFunctionRunner",
     "CallContext",
     "Cancellation",

@@ -50,6 +50,8 @@ class Cancellation:
         self._event = threading.Event()
 
     def is_set(self) -> bool:
+        """Whether the call was cancelled (its Turn was, or its time ran out): a long
+        function checks this between steps and stops early."""
         return self._event.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:

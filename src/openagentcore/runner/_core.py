@@ -817,8 +817,7 @@ class RunnerCore:
 
     def _decided(self, call: Call, attempts: int, answer: InDoubtAnswer, now: float) -> None:
         logger.warning(
-            "Call %s of %s in Session %s is in doubt (started, no saved result); "
-            "resolving with %s",
+            "Call %s of %s in Session %s is in doubt (started, no saved result); resolving with %s",
             call.key.call_id,
             call.name,
             call.key.session_id,
