@@ -243,3 +243,35 @@ def test_openagentcore_log_sets_the_sdk_loggers_like_openai_log(
     assert ("probe line" in done.stderr) is printed
     if printed:
         assert "openagentcore.runner" in done.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="recover() retries an unreachable server's Session read every poll_interval "
+    "until its timeout (forever without one): the core's on_session_read error path has "
+    "no bound like the stream reader's unreachable_timeout",
+)
+def test_recover_gives_up_on_a_server_it_cannot_reach(runner_kind: RunnerKind) -> None:
+    with pytest.raises(APIConnectionError):
+        _recover_unreachable(runner_kind)
+
+
+def _recover_unreachable(kind: RunnerKind) -> None:
+    base_url = f"http://127.0.0.1:{_closed_port()}/v1"
+    options: dict[str, Any] = {"unreachable_timeout": 1.0, "shutdown_grace": 0}
+    if kind == "sync":
+        with (
+            Client(api_key="sk-test", base_url=base_url, max_retries=0) as client,
+            FunctionRunner(client, store=MemoryResultStore(), **options) as runner,
+        ):
+            runner.recover("sess_unreachable", timeout=5)
+        return
+
+    async def recover() -> None:
+        client = AsyncClient(api_key="sk-test", base_url=base_url, max_retries=0)
+        runner = AsyncFunctionRunner(client, store=MemoryResultStore(), **options)
+        async with client, runner:
+            await runner.recover("sess_unreachable", timeout=5)
+
+    with start_blocking_portal() as portal:
+        portal.call(recover)
