@@ -152,6 +152,7 @@ class RunnerBase:
             poll_interval=poll_interval,
             in_doubt_hook=on_in_doubt is not None,
             action_hook=on_action is not None,
+            unreachable_timeout=unreachable_timeout,
         )
 
     @overload

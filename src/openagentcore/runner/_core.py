@@ -320,6 +320,8 @@ class _SessionView:
     read_at: float | None = None
     reading: bool = False
     reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    #: When reads of the Session started failing to reach the server, if they do.
+    unreachable_since: float | None = None
 
 
 class RunnerCore:
@@ -340,6 +342,7 @@ class RunnerCore:
         poll_interval: float,
         in_doubt_hook: bool,
         action_hook: bool,
+        unreachable_timeout: float | None = None,
     ) -> None:
         self.registry = registry
         self.owner = owner
@@ -349,6 +352,9 @@ class RunnerCore:
         self.poll_interval = poll_interval
         self.in_doubt_hook = in_doubt_hook
         self.action_hook = action_hook
+        #: Serves that must end give up once their Session's reads could not reach the
+        #: server for this long (``None``: never).
+        self.unreachable_timeout = unreachable_timeout
         self.calls: dict[CallKey, Call] = {}
         self.serves: dict[int, Serve] = {}
         self._sessions: dict[str, _SessionView] = {}
@@ -536,13 +542,38 @@ class RunnerCore:
             # The server could not be read: try again after a poll interval.
             logger.warning("Could not read Session %s: %s", answer.session_id, answer.error)
             view.read_at = now + self.poll_interval
+            if isinstance(answer.error, APIConnectionError):
+                self._unreachable(view, answer.error, now)
             return
+        view.unreachable_since = None
         assert answer.session is not None
         for serve in self._serves_of(answer.session_id):
             if answer.turn is not None and answer.turn.id == serve.target_turn:
                 serve.target_turn_status = answer.turn.status
             serve.read_once = True
         self._on_session(answer.session_id, answer.session, now)
+
+    def _unreachable(self, view: _SessionView, error: APIConnectionError, now: float) -> None:
+        """Serves that must end (all but ``forever``) give up on a server that could not
+        be reached for ``unreachable_timeout`` seconds, with an error naming its URL."""
+        if view.unreachable_since is None:
+            view.unreachable_since = now
+        down = now - view.unreachable_since
+        if self.unreachable_timeout is None or down < self.unreachable_timeout:
+            return
+        url = (
+            "the server"
+            if error.request is None
+            else str(error.request.url.copy_with(username=None, password=None, query=None))
+        )
+        for serve in self._serves_of(view.session_id):
+            if serve.until != "forever" and serve.fatal is None:
+                serve.fatal = APIConnectionError(
+                    request=error.request,
+                    message=f"Cannot reach {url} (tried for {down:.0f} s: {error}); check "
+                    "base_url or OPENAGENTCORE_BASE_URL and that the server is running",
+                )
+                serve.fatal.__cause__ = error
 
     def _on_session(self, session_id: str, session: Session, now: float) -> None:
         """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
