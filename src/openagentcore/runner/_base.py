@@ -51,8 +51,8 @@ class RunnerOptions(TypedDict, total=False):
       error), seconds it waits for its running functions to finish and their results
       to be saved and posted. Whatever is still running then goes on in the background
       until :meth:`close`.
-    - ``unreachable_timeout``: seconds a ``serve(until="idle")`` or ``run_turn`` keeps
-      trying to reach a server it cannot connect to before raising
+    - ``unreachable_timeout``: seconds a ``serve(until="idle")``, ``run_turn`` or
+      ``recover`` keeps trying to reach a server it cannot connect to before raising
       :class:`~openagentcore.APIConnectionError` (``until="forever"`` keeps trying and
       logs a WARNING now and then).
     - ``tracer_provider``/``meter_provider``: OpenTelemetry providers for the runner's
