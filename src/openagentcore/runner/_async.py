@@ -77,7 +77,7 @@ __all__ = ["AsyncFunctionRunner"]
 
 logger = logging.getLogger("openagentcore.runner")
 
-_STORE_THREADS = 4
+_STORE_THREADS = 16
 
 
 class _Inbox:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -98,6 +98,9 @@ __all__ = [
 logger = logging.getLogger("openagentcore.runner")
 
 MAX_BATCH = 64
+#: Longest a saved result waits for others of its Session still being decided, so that
+#: they go out in one POST.
+BATCH_LINGER = 0.05
 #: The server may announce a call (its Item) a moment before it can accept the result;
 #: such a result gets 400 "Unknown pending tool call.". Retry it this many times.
 UNKNOWN_CALL_RETRIES = 8
@@ -176,6 +179,7 @@ _ANSWERED_IN: dict[type, Phase] = {
     SaveResult: Phase.SAVING,
 }
 #: Phases in which nothing was done for the call yet.
+_WATCHED = frozenset({Phase.QUEUED, Phase.READY, Phase.BACKOFF})
 _NOT_STARTED = frozenset({Phase.CLAIMING, Phase.LOOKING})
 #: Outcomes that do not settle a call: a later announcement decides it afresh.
 _REDECIDE = frozenset({"released", "abandoned_by_serve"})
@@ -263,6 +267,8 @@ class Call:
     #: POSTs that failed for a reason that may pass (backoff grows with them).
     post_failures: int = 0
     unknown_call_tries: int = 0
+    #: When it became ready to post (results of one read linger to go together).
+    ready_at: float = 0.0
     #: Posted alone: it was in a batch the server refused as a whole.
     alone: bool = False
     #: Its output Item came through the stream while the POST was in flight.
@@ -357,6 +363,7 @@ class RunnerCore:
         self.unreachable_timeout = unreachable_timeout
         self.calls: dict[CallKey, Call] = {}
         self.serves: dict[int, Serve] = {}
+        self._serves_by_session: dict[str, dict[int, Serve]] = {}
         self._sessions: dict[str, _SessionView] = {}
         self._last_serve_id = 0
         self._effects: list[Effect] = []
@@ -365,6 +372,11 @@ class RunnerCore:
         #: Calls failed for their timeout whose function has not returned yet: each
         #: still holds a concurrency slot (its thread or task is busy).
         self._overrunning: dict[CallKey, str] = {}
+        #: Functions running now by name, counting those past their timeout.
+        self._running_by_name: Counter[str] = Counter()
+        #: Calls the clockwork looks at (queued, ready, backing off, with a deadline or
+        #: a store retry), so a round costs what is due, not every call remembered.
+        self._watch: dict[CallKey, Call] = {}
         #: Keys whose claim raised: it may have committed. Only these may later be
         #: recognised as this runner's own unconfirmed claim.
         self._unconfirmed: set[CallKey] = set()
@@ -386,6 +398,7 @@ class RunnerCore:
         self._last_serve_id += 1
         serve = Serve(self._last_serve_id, session_id, until, ServeReport(session_id))
         self.serves[serve.id] = serve
+        self._serves_by_session.setdefault(session_id, {})[serve.id] = serve
         view = self._view(session_id)
         if until == "once":
             self._want_read(view, now)
@@ -395,6 +408,10 @@ class RunnerCore:
         """The serve ended, however it ended. Running functions go on and their results
         are saved and posted in the background; claims nobody will run are released."""
         self.serves.pop(serve.id, None)
+        attached = self._serves_by_session.get(serve.session_id, {})
+        attached.pop(serve.id, None)
+        if not attached:
+            self._serves_by_session.pop(serve.session_id, None)
         self._release_unrun(serve.session_id, now)
         view = self._view(serve.session_id)
         if not self._serves_of(serve.session_id):
@@ -743,7 +760,7 @@ class RunnerCore:
             call.lease_held = False
             self._effects.append(Release(call.key, self.owner))
             return
-        call.phase = Phase.QUEUED
+        self._enter(call, Phase.QUEUED, now)
         if self._renew_at is None:
             self._renew_at = now + self.lease_seconds / 3
 
@@ -759,7 +776,7 @@ class RunnerCore:
             self._rejected(call, record, now, newly=False)
         elif record.has_result():
             call.record = record
-            call.phase = Phase.READY
+            self._enter(call, Phase.READY, now)
             self._count(call.key.session_id, "results_resubmitted")
         elif call.function is None:
             self._leave_unknown(call, record, stale)
@@ -872,16 +889,17 @@ class RunnerCore:
     # -- running -----------------------------------------------------------------------------
 
     def _start_queued(self, now: float) -> None:
-        for call in self.calls.values():
+        for call in list(self._watch.values()):
             if self._running >= self.max_concurrency:
                 return
             if call.phase is not Phase.QUEUED or call.function is None:
                 continue
             limit = call.function.max_concurrency
-            if limit is not None and self._running_of(call.function.name) >= limit:
+            if limit is not None and self._running_by_name[call.name] >= limit:
                 continue
             call.phase = Phase.RUNNING
             self._running += 1
+            self._running_by_name[call.name] += 1
             timeout = call.function.timeout
             call.deadline = None if timeout is None else now + timeout
             self._effects.append(
@@ -892,7 +910,7 @@ class RunnerCore:
     def _time_out(self, now: float) -> None:
         """Fail calls whose function runs past its ``timeout``. The function is asked to
         stop; whatever it returns later changes nothing (it is only logged)."""
-        for call in self.calls.values():
+        for call in list(self._watch.values()):
             if call.phase is not Phase.RUNNING or call.deadline is None or call.deadline > now:
                 continue
             function = call.function
@@ -908,14 +926,9 @@ class RunnerCore:
             error = timeout_error(function.timeout, idempotent=function.idempotent)
             self._save(call, failure_event(call.key, error), self.owner, now)
 
-    def _running_of(self, name: str) -> int:
-        """Functions of ``name`` running now, counting those past their timeout."""
-        running = sum(1 for c in self.calls.values() if c.phase is Phase.RUNNING and c.name == name)
-        return running + sum(1 for n in self._overrunning.values() if n == name)
-
     def on_function_done(self, outcome: FunctionOutcome, now: float) -> None:
         if outcome.key in self._overrunning:
-            del self._overrunning[outcome.key]
+            self._running_by_name[self._overrunning.pop(outcome.key)] -= 1
             self._running -= 1
             logger.warning(
                 "Call %s finished after its timeout; its late outcome was not sent: %s",
@@ -927,6 +940,7 @@ class RunnerCore:
         if call is None or call.phase is not Phase.RUNNING:
             return
         self._running -= 1
+        self._running_by_name[call.name] -= 1
         session = call.key.session_id
         if outcome.event is None:
             # It ended without a result (SystemExit or the like): it may have had its
@@ -970,18 +984,20 @@ class RunnerCore:
             self._rejected(call, record, now, newly=False)
             return
         call.record = record
-        call.phase = Phase.READY
+        self._enter(call, Phase.READY, now)
 
     # -- submitting --------------------------------------------------------------------------
 
     def _take_batches(self, now: float) -> None:
         by_session: dict[str, list[Call]] = {}
-        for call in self.calls.values():
+        for call in self._watch.values():
             if call.phase is Phase.READY or (
                 call.phase is Phase.BACKOFF and call.not_before <= now
             ):
                 by_session.setdefault(call.key.session_id, []).append(call)
         for session_id, calls in by_session.items():
+            if self._lingering(session_id, calls, now):
+                continue
             chunks = [[call] for call in calls if call.alone]
             together = [call for call in calls if not call.alone]
             chunks += [together[i : i + MAX_BATCH] for i in range(0, len(together), MAX_BATCH)]
@@ -990,6 +1006,15 @@ class RunnerCore:
                     call.phase = Phase.POSTING
                 records = tuple(call.record for call in chunk if call.record is not None)
                 self._effects.append(PostResults(Batch(session_id, records)))
+
+    def _lingering(self, session_id: str, ready: list[Call], now: float) -> bool:
+        """Whether to hold a Session's saved results a moment: calls of the same read are
+        still being decided, and posting them together is one request instead of many
+        (a restart resubmits a whole Session's results in one POST)."""
+        oldest = min(call.ready_at for call in ready)
+        if now >= oldest + BATCH_LINGER:
+            return False
+        return any(call.phase in _NOT_STARTED for call in self._view(session_id).calls.values())
 
     def on_posted(self, outcome: PostOutcome, now: float) -> None:
         calls = [self.calls.get(record.key) for record in outcome.batch.records]
@@ -1013,7 +1038,7 @@ class RunnerCore:
         if len(mine) > 1 and kind != "retry_later":
             # One bad result refuses the whole atomic batch: find it by sending each alone.
             for call in mine:
-                call.phase = Phase.READY
+                self._enter(call, Phase.READY, now)
                 call.alone = True
             return
         for call in mine:
@@ -1021,7 +1046,7 @@ class RunnerCore:
 
     def _on_refused(self, call: Call, kind: str, error: Exception, now: float) -> None:
         if kind == "retry_soon" and call.unknown_call_tries < UNKNOWN_CALL_RETRIES:
-            call.phase = Phase.BACKOFF
+            self._enter(call, Phase.BACKOFF, now)
             call.not_before = now + UNKNOWN_CALL_DELAY * 2**call.unknown_call_tries
             call.unknown_call_tries += 1
             return
@@ -1030,7 +1055,7 @@ class RunnerCore:
             # result stays saved; it is posted again, later and later.
             delay = min(POST_RETRY_MAX_DELAY, POST_RETRY_DELAY * 2 ** min(call.post_failures, 16))
             call.post_failures += 1
-            call.phase = Phase.BACKOFF
+            self._enter(call, Phase.BACKOFF, now)
             call.not_before = now + delay
             logger.warning(
                 "Could not submit the result of call %s (%s); retrying in %.1f s",
@@ -1138,6 +1163,7 @@ class RunnerCore:
             return
         call.retry = effect
         call.not_before = self._store_retry_at
+        self._watch[call.key] = call
 
     def _on_store_refused(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
         """A permanent store error (data the store cannot hold): the model gets a failed
@@ -1170,7 +1196,7 @@ class RunnerCore:
             created_at=0.0,
             updated_at=0.0,
         )
-        call.phase = Phase.READY
+        self._enter(call, Phase.READY, now)
 
     def _store_failed(self, doing: str, now: float) -> None:
         delay = min(STORE_RETRY_MAX_DELAY, STORE_RETRY_DELAY * 2 ** min(self._store_failures, 16))
@@ -1187,7 +1213,7 @@ class RunnerCore:
 
     def take_effects(self, now: float) -> list[Effect]:
         """Everything due now; the driver carries each out and feeds back its answer."""
-        for call in self.calls.values():
+        for call in list(self._watch.values()):
             if call.retry is not None and call.not_before <= now:
                 effect, call.retry = call.retry, None
                 self._effects.append(effect)
@@ -1211,14 +1237,31 @@ class RunnerCore:
             and now >= self._store_retry_at
         ):
             self._flush_marks(now)
-        held = tuple(c.key for c in self.calls.values() if c.lease_held)
-        if held and not self._renewing and self._renew_at is not None and now >= self._renew_at:
-            self._renewing = True
-            self._effects.append(RenewLeases(held, self.owner, self.lease_seconds))
-        if not held:
-            self._renew_at = None
+        if self._renew_at is not None and not self._renewing and now >= self._renew_at:
+            held = tuple(c.key for c in self.calls.values() if c.lease_held)
+            if held:
+                self._renewing = True
+                self._effects.append(RenewLeases(held, self.owner, self.lease_seconds))
+            else:
+                self._renew_at = None
+        self._unwatch()
         effects, self._effects = self._effects, []
         return effects
+
+    def _enter(self, call: Call, phase: Phase, now: float) -> None:
+        """Move ``call`` to a phase the clockwork acts on (queued, ready, backoff)."""
+        call.phase = phase
+        self._watch[call.key] = call
+        if phase is Phase.READY:
+            call.ready_at = now
+
+    def _unwatch(self) -> None:
+        """Drop calls the clockwork has nothing more to do for."""
+        for key, call in list(self._watch.items()):
+            if call.retry is None and not (
+                call.phase in _WATCHED or (call.phase is Phase.RUNNING and call.deadline)
+            ):
+                del self._watch[key]
 
     def take_notes(self) -> list[Note]:
         """What happened to calls since the last call (for logs, traces, metrics)."""
@@ -1229,13 +1272,13 @@ class RunnerCore:
         """Seconds until something is due without any new input (at most the poll
         interval, which bounds every wait)."""
         due = [now + self.poll_interval]
-        due += [c.not_before for c in self.calls.values() if c.retry is not None]
-        due += [c.not_before for c in self.calls.values() if c.phase is Phase.BACKOFF]
-        due += [
-            c.deadline
-            for c in self.calls.values()
-            if c.phase is Phase.RUNNING and c.deadline is not None
-        ]
+        for call in self._watch.values():
+            if call.retry is not None or call.phase is Phase.BACKOFF:
+                due.append(call.not_before)
+            elif call.phase is Phase.READY:
+                due.append(call.ready_at + BATCH_LINGER)
+            elif call.phase is Phase.RUNNING and call.deadline is not None:
+                due.append(call.deadline)
         for view in self._sessions.values():
             read_at = self._next_read(view)
             if read_at is not None:
@@ -1268,6 +1311,7 @@ class RunnerCore:
         if now < self._store_retry_at:
             call.retry = effect
             call.not_before = self._store_retry_at
+            self._watch[call.key] = call
         else:
             self._effects.append(effect)
 
@@ -1281,6 +1325,7 @@ class RunnerCore:
 
     def _forget(self, call: Call) -> None:
         self.calls.pop(call.key, None)
+        self._watch.pop(call.key, None)
         self._view(call.key.session_id).calls.pop(call.key, None)
 
     def _view(self, session_id: str) -> _SessionView:
@@ -1290,7 +1335,7 @@ class RunnerCore:
         return view
 
     def _serves_of(self, session_id: str) -> list[Serve]:
-        return [serve for serve in self.serves.values() if serve.session_id == session_id]
+        return list(self._serves_by_session.get(session_id, {}).values())
 
     def _calls_of(self, session_id: str) -> list[Call]:
         return list(self._view(session_id).calls.values())

@@ -98,8 +98,10 @@ class FunctionRunner(RunnerBase):
         super().__init__(**options)
         self.client = client
         self._lock = threading.Lock()
-        #: Notified after every round of the pump.
+        #: Notified after a round of the pump that gave verdicts, or after every round
+        #: while someone waits for calls to settle (``_waiting_for_idle``).
         self._changed = threading.Condition(self._lock)
+        self._waiting_for_idle = 0
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._verdicts: dict[int, BaseException | None] = {}
         self._functions = ThreadPoolExecutor(
@@ -222,6 +224,7 @@ class FunctionRunner(RunnerBase):
         then stop the runner's threads and close the store."""
         deadline = time.monotonic() + self.shutdown_grace
         with self._lock:
+            self._waiting_for_idle += 1
             while self._pump_thread is not None and self._core.busy():
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -230,6 +233,7 @@ class FunctionRunner(RunnerBase):
                     )
                     break
                 self._changed.wait(left)
+            self._waiting_for_idle -= 1
             self._closing = True
             thread = self._pump_thread
         self._inbox.put(Wake())
@@ -301,8 +305,12 @@ class FunctionRunner(RunnerBase):
             self._core.detach(serve, time.monotonic())
             self._inbox.put(Wake())
             grace_end = time.monotonic() + self.shutdown_grace
-            while self._core.busy(serve.session_id) and time.monotonic() < grace_end:
-                self._changed.wait(grace_end - time.monotonic())
+            self._waiting_for_idle += 1
+            try:
+                while self._core.busy(serve.session_id) and time.monotonic() < grace_end:
+                    self._changed.wait(grace_end - time.monotonic())
+            finally:
+                self._waiting_for_idle -= 1
         raise ServeTimeout(f"Session {serve.session_id} was not settled in time", serve.report)
 
     # -- the pump -----------------------------------------------------------------------------
@@ -330,12 +338,14 @@ class FunctionRunner(RunnerBase):
                     now = time.monotonic()
                     for message in messages:
                         feed(self._core, message, now)
-                    self._verdicts.update(judge(self._core, now))
+                    verdicts = judge(self._core, now)
+                    self._verdicts.update(verdicts)
                     effects = self._core.take_effects(now)
                     self._observer.observe(
                         self._core.take_notes(), now, messages=messages, effects=effects
                     )
-                    self._changed.notify_all()
+                    if verdicts or self._waiting_for_idle:
+                        self._changed.notify_all()  # wake waiters only when it may matter
                 # Store calls run right here, one after another, and their answers go
                 # straight back in: two thread hand-offs fewer per write. Requests and
                 # functions go to their pools, so nothing slow holds the pump.
