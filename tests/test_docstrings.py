@@ -21,19 +21,6 @@ PUBLIC_MODULES = (
     openagentcore.local,
 )
 
-# Being rewritten on other branches right now: `resources/` gets its method docstrings
-# on one, the lead rebuilds `runner/` on another. Their definitions are skipped here so
-# the branches do not collide; remove this set when those branches merge.
-EXEMPT_UNTIL_THEIR_BRANCHES_MERGE = frozenset({"openagentcore.resources"})
-
-
-def _exempt(module_name: str) -> bool:
-    return any(
-        module_name == package or module_name.startswith(package + ".")
-        for package in EXEMPT_UNTIL_THEIR_BRANCHES_MERGE
-    )
-
-
 def _ours(module_name: str | None) -> bool:
     return bool(module_name) and (
         module_name == "openagentcore" or module_name.startswith("openagentcore.")
@@ -115,16 +102,12 @@ def _documented_by_protocol(kind: type, name: str) -> bool:
 def _missing() -> list[str]:
     missing: list[str] = []
     for label, value in _public_objects():
-        if not _exempt(value.__module__) and not (value.__doc__ or "").strip():
+        if not (value.__doc__ or "").strip():
             missing.append(label)
         if inspect.isclass(value):
             for module_name, qualname, member in _members(value):
                 name = qualname.rsplit(".", 1)[1]
-                if (
-                    _exempt(module_name)
-                    or inspect.getdoc(member)
-                    or _documented_by_protocol(value, name)
-                ):
+                if inspect.getdoc(member) or _documented_by_protocol(value, name):
                     continue
                 missing.append(f"{module_name}.{qualname}")
     return sorted(set(missing))
