@@ -206,6 +206,7 @@ class AsyncFunctionRunner(RunnerBase):
         try:
             async with self._reader(serve):
                 await self._wait(serve, deadline)
+                reconnects = serve.report.reconnects  # before the input is sent
                 await self.client.sessions.events.create(
                     session_id, events=[input_event(input)], **left(deadline)
                 )
@@ -214,7 +215,7 @@ class AsyncFunctionRunner(RunnerBase):
                 )
                 if not latest.data:
                     raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
-                self._core.start_turn(serve, latest.data[0].id, latest.data[0].status)
+                self._core.start_turn(serve, latest.data[0].id, latest.data[0].status, reconnects)
                 self._core.set_until(serve, "turn")
                 # A fresh verdict: the one on "connected" may be judged again meanwhile.
                 self._verdicts[serve.id] = asyncio.get_running_loop().create_future()

@@ -298,17 +298,24 @@ class Serve:
     fatal: Exception | None = None
     target_turn: str | None = None
     target_turn_status: str | None = None
-    #: The target Turn's finished messages as streamed, whether its end came through
-    #: the stream, and the reconnects counted when it started (``streamed_answer``).
-    turn_messages: list[MessageItem] = field(default_factory=list)
-    turn_end_seen: bool = False
+    #: For ``run_turn``: finished messages and Turn ends as streamed, by Turn, from the
+    #: moment the stream connected (the pump may see the new Turn's events before
+    #: ``run_turn`` learns which Turn its input started), and the reconnects counted
+    #: before the input was sent (``streamed_answer``).
+    messages_by_turn: dict[str, list[MessageItem]] = field(default_factory=dict)
+    ends_by_turn: dict[str, str] = field(default_factory=dict)
     reconnects_at_turn_start: int = 0
+
+    @property
+    def turn_end_seen(self) -> bool:
+        return self.target_turn is not None and self.target_turn in self.ends_by_turn
 
     def streamed_answer(self) -> list[MessageItem] | None:
         """The target Turn's messages as streamed, or ``None`` if the stream may have
-        missed some (it dropped, or the Turn ended before its events were read)."""
+        missed some (it dropped, or the Turn's end did not come through it)."""
         if self.turn_end_seen and self.report.reconnects == self.reconnects_at_turn_start:
-            return self.turn_messages
+            assert self.target_turn is not None
+            return self.messages_by_turn.get(self.target_turn, [])
         return None
 
 
@@ -442,12 +449,13 @@ class RunnerCore:
     def set_until(self, serve: Serve, until: Mode) -> None:
         serve.until = until
 
-    def start_turn(self, serve: Serve, turn_id: str, status: str) -> None:
-        """``run_turn`` learned the Turn its input started; no stream event was handled
-        since the input was sent, so the reconnect count is that of the start."""
+    def start_turn(self, serve: Serve, turn_id: str, status: str, reconnects: int) -> None:
+        """``run_turn`` learned the Turn its input started. Its events may already have
+        come through the stream (they were kept by Turn); ``reconnects`` is the count
+        before the input was sent."""
         serve.target_turn = turn_id
-        serve.target_turn_status = status
-        serve.reconnects_at_turn_start = serve.report.reconnects
+        serve.target_turn_status = serve.ends_by_turn.get(turn_id, status)
+        serve.reconnects_at_turn_start = reconnects
 
     def finished(self, serve: Serve, now: float) -> bool:
         """Whether ``serve`` may return now. Raises the serve's fatal error, if any."""
@@ -525,9 +533,9 @@ class RunnerCore:
                 isinstance(item, MessageItem)
                 and isinstance(event, ItemDoneEvent)
                 and item.turn_id is not None
-                and item.turn_id == serve.target_turn
+                and serve.until in ("connected", "turn")
             ):
-                serve.turn_messages.append(item)
+                serve.messages_by_turn.setdefault(item.turn_id, []).append(item)
             elif isinstance(item, FunctionCallItem) and _is_complete_call(event, item):
                 turn_id = item.turn_id or event.turn_id
                 if turn_id:
@@ -538,9 +546,10 @@ class RunnerCore:
             status = getattr(turn, "status", None) or _terminal_status(event)
             if status == "cancelled":
                 self._cancel_turn(serve.session_id, event.turn_id)
+            if serve.until in ("connected", "turn"):
+                serve.ends_by_turn[event.turn_id] = status
             if event.turn_id == serve.target_turn:
                 serve.target_turn_status = status
-                serve.turn_end_seen = True
 
     def _cancel_turn(self, session_id: str, turn_id: str) -> None:
         """The Turn was cancelled: its running functions are asked to stop."""

@@ -174,6 +174,7 @@ class FunctionRunner(RunnerBase):
         try:
             with _Reader(self, serve):
                 self._wait(serve, deadline, interruptible=False)
+                reconnects = serve.report.reconnects  # before the input is sent
                 self.client.sessions.events.create(
                     session_id, events=[input_event(input)], **left(deadline)
                 )
@@ -184,7 +185,9 @@ class FunctionRunner(RunnerBase):
                 if not latest.data:
                     raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
                 with self._lock:
-                    self._core.start_turn(serve, latest.data[0].id, latest.data[0].status)
+                    self._core.start_turn(
+                        serve, latest.data[0].id, latest.data[0].status, reconnects
+                    )
                     self._core.set_until(serve, "turn")
                     self._verdicts.pop(serve.id, None)  # the verdict on "connected"
                 self._inbox.put(Wake())
