@@ -412,7 +412,10 @@ class AsyncFunctionRunner(RunnerBase):
 
         def done(finished: asyncio.Future[Any]) -> None:
             self._tasks.discard(finished)
-            if finished.cancelled() or finished.exception() is not None:
+            if finished.cancelled():
+                return
+            if finished.exception() is not None:
+                logger.error("A runner task failed: %r", finished.exception())
                 return
             message = finished.result()
             if message is not None and self._inbox is not None:

@@ -152,19 +152,22 @@ def judge(core: RunnerCore, now: float) -> dict[int, BaseException | None]:
 
 
 class Captured:
-    """What :func:`captured` caught: the API error of a request, if any."""
+    """What :func:`captured` caught: the request's error, if any."""
 
-    error: OpenAgentCoreError | None = None
+    error: Exception | None = None
 
 
 @contextmanager
 def captured() -> Iterator[Captured]:
-    """Catch the API error of the requests in the block: drivers hand it to the core,
-    which decides what it means."""
+    """Catch the error of the requests in the block, whatever it is: drivers hand it to
+    the core, which decides what it means. An answer must never be lost, or its call
+    or Session read would wait for ever."""
     outcome = Captured()
     try:
         yield outcome
-    except OpenAgentCoreError as exc:
+    except Exception as exc:
+        if not isinstance(exc, OpenAgentCoreError):
+            logger.warning("A request failed unexpectedly: %r", exc)
         outcome.error = exc
 
 
