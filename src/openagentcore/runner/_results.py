@@ -67,13 +67,9 @@ def success_event(key: CallKey, value: object) -> dict[str, Any]:
     if value is not None:
         event["output"] = encode_output(value)
     # Measured as the server measures stored input: compact JSON, non-ASCII escaped.
-    # allow_nan=False: NaN and Infinity are not JSON, and the store refuses them.
-    text = json.dumps(event, separators=(",", ":"), allow_nan=False)
-    try:  # what the store and the wire carry: UTF-8, where a lone surrogate cannot go
-        json.dumps(event, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("The result holds a lone surrogate, which is not valid text.") from None
-    size = len(text)
+    # encode_output has refused NaN, Infinity and lone surrogates in the output; ids the
+    # store cannot hold are its to refuse. One encoding, for the size, per result.
+    size = len(json.dumps(event, separators=(",", ":")))
     if size > MAX_RESULT_BYTES:
         raise ValueError(
             f"The result is {size} bytes of JSON; the server stores at most "
