@@ -34,7 +34,7 @@ from openagentcore import (
     InternalServerError,
 )
 from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
-from openagentcore.runner._core import RunnerCore, RunnerError, Serve
+from openagentcore.runner._core import Phase, RunnerCore, RunnerError, Serve
 from openagentcore.runner._effects import (
     AskInDoubt,
     ClaimCall,
@@ -59,8 +59,7 @@ from openagentcore.runner._pump import (
     Message,
     Received,
     ask_in_doubt,
-    feed,
-    judge,
+    run_round,
 )
 from openagentcore.runner._registry import FunctionRegistry, describe_function
 from openagentcore.runner._results import IN_DOUBT_ERROR
@@ -538,13 +537,13 @@ class SimWorker:
         self.pump_at = None
         core, now = self.core, self.clock()
         messages, self.inbox = self.inbox, []
-        for message in messages:
-            feed(core, message, now)
-        for serve_id, error in judge(core, now).items():
+        decided = run_round(core, None, messages, now)
+        self._check_bookkeeping()
+        for serve_id, error in decided.verdicts.items():
             if error is not None and not isinstance(error, RunnerError):
                 raise Violation(f"seed {self.world.seed}: a serve raised {error!r}")
             self._end(core.serves[serve_id])
-        for effect in core.take_effects(now):
+        for effect in decided.effects:
             if self.world.chance(self.world.faults.crash):
                 self.crash()
                 return
@@ -553,6 +552,20 @@ class SimWorker:
             # At least a microsecond: converting between this worker's clock and the
             # world's can round a due time to just ahead of "now" for ever.
             self.schedule_pump(max(core.next_wakeup(now) / self.rate, 1e-6))
+
+    def _check_bookkeeping(self) -> None:
+        """``busy`` is kept incrementally; it must agree with a scan of every call."""
+        scanned = {
+            call.key.session_id
+            for call in self.core.calls.values()
+            if call.phase not in (Phase.POSTED, Phase.DONE)
+        }
+        for session_id in self.world.sessions:
+            if self.core.busy(session_id) != (session_id in scanned):
+                raise Violation(
+                    f"seed {self.world.seed}: busy({session_id}) disagrees with a scan "
+                    "of its calls"
+                )
 
     # -- carrying out effects ---------------------------------------------------------------
 

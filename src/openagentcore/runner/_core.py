@@ -329,6 +329,8 @@ class _SessionView:
     not_mine: set[CallKey] = field(default_factory=set)
     #: This runner's calls of the Session (the same objects as ``RunnerCore.calls``).
     calls: dict[CallKey, Call] = field(default_factory=dict)
+    #: The keys of those not yet posted or done (kept by ``RunnerCore._move``).
+    unsettled: set[CallKey] = field(default_factory=set)
     last_read: float = float("-inf")
     read_at: float | None = None
     reading: bool = False
@@ -474,8 +476,10 @@ class RunnerCore:
 
     def busy(self, session_id: str | None = None) -> bool:
         """Whether calls (of one Session, or any) still need this runner."""
-        calls = self.calls if session_id is None else self._view(session_id).calls
-        return any(call.phase not in _IDLE_PHASES for call in calls.values())
+        if session_id is not None:
+            view = self._sessions.get(session_id)
+            return view is not None and bool(view.unsettled)
+        return any(view.unsettled for view in self._sessions.values())
 
     def _settled(self, serve: Serve) -> bool:
         view = self._view(serve.session_id)
@@ -682,11 +686,13 @@ class RunnerCore:
         function = self.registry.get(pending.name)
         call = Call(pending.key, pending.name, pending.arguments, function, Phase.LOOKING)
         self.calls[pending.key] = call
-        self._view(pending.key.session_id).calls[pending.key] = call
+        view = self._view(pending.key.session_id)
+        view.calls[pending.key] = call
+        view.unsettled.add(pending.key)
         if function is None and self.unknown_functions == "leave":
             self._emit(call, Lookup(call.key), now)
             return
-        call.phase = Phase.CLAIMING
+        self._move(call, Phase.CLAIMING)
         self._emit(call, self._claim_effect(call), now)
 
     def _claim_effect(self, call: Call) -> ClaimCall:
@@ -765,7 +771,7 @@ class RunnerCore:
             return
         if not self._serves_of(call.key.session_id):
             # Its serve ended while the claim was on its way: nobody will run it.
-            call.phase = Phase.RELEASING
+            self._move(call, Phase.RELEASING)
             call.lease_held = False
             self._effects.append(Release(call.key, self.owner))
             return
@@ -794,7 +800,7 @@ class RunnerCore:
         elif stale or record.owner == self.owner:
             # Nobody can be trusted to finish it (lease expired, owner gone, or this
             # process's own claim that nothing here runs): it may have run.
-            call.phase = Phase.MARKING_IN_DOUBT
+            self._move(call, Phase.MARKING_IN_DOUBT)
             self._emit(call, MarkInDoubt(call.key, self.owner, record.attempts), now)
         else:
             # Another worker holds a live claim: read the Session again later.
@@ -807,7 +813,7 @@ class RunnerCore:
             if call.function is None:
                 self._leave_unknown(call, None, False)
             else:  # re-checking a call whose record vanished: claim it afresh
-                call.phase = Phase.CLAIMING
+                self._move(call, Phase.CLAIMING)
                 self._emit(call, self._claim_effect(call), now)
             return
         self._decide_existing(call, record, found.stale, now)
@@ -836,7 +842,7 @@ class RunnerCore:
                 return
         if not changed:
             # Someone moved it first (took it over, saved a result): look again.
-            call.phase = Phase.LOOKING
+            self._move(call, Phase.LOOKING)
             self._emit(call, Lookup(call.key), now)
             return
         self._in_doubt(call, call.attempts, now)
@@ -860,7 +866,7 @@ class RunnerCore:
                 )
                 self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)
         elif self.in_doubt_hook:
-            call.phase = Phase.DECIDING
+            self._move(call, Phase.DECIDING)
             self._effects.append(AskInDoubt(call.key, call.name, call.arguments, attempts))
         else:
             self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)
@@ -881,7 +887,7 @@ class RunnerCore:
             answer.kind,
         )
         if answer.kind == "rerun":
-            call.phase = Phase.TAKING_OVER
+            self._move(call, Phase.TAKING_OVER)
             self._emit(call, TakeOver(call.key, self.owner, self.lease_seconds, attempts), now)
             return
         event: dict[str, Any]
@@ -906,7 +912,7 @@ class RunnerCore:
             limit = call.function.max_concurrency
             if limit is not None and self._running_by_name[call.name] >= limit:
                 continue
-            call.phase = Phase.RUNNING
+            self._move(call, Phase.RUNNING)
             self._running += 1
             self._running_by_name[call.name] += 1
             timeout = call.function.timeout
@@ -954,7 +960,7 @@ class RunnerCore:
         if outcome.event is None:
             # It ended without a result (SystemExit or the like): it may have had its
             # effect. Keep the lease until the store says "in doubt".
-            call.phase = Phase.MARKING_IN_DOUBT
+            self._move(call, Phase.MARKING_IN_DOUBT)
             self._emit(call, MarkInDoubt(call.key, self.owner, call.attempts), now)
             return
         if outcome.ran:
@@ -969,7 +975,7 @@ class RunnerCore:
             return
         for call in self._calls_of(session_id):
             if call.phase is Phase.QUEUED:
-                call.phase = Phase.RELEASING
+                self._move(call, Phase.RELEASING)
                 call.lease_held = False
                 self._emit(call, Release(call.key, self.owner), now)
             elif call.phase in _NOT_STARTED and call.retry is not None:
@@ -978,7 +984,7 @@ class RunnerCore:
     # -- saving ------------------------------------------------------------------------------
 
     def _save(self, call: Call, event: dict[str, Any], owner: str | None, now: float) -> None:
-        call.phase = Phase.SAVING
+        self._move(call, Phase.SAVING)
         call.event = event
         self._emit(call, SaveResult(call.key, event, owner), now)
 
@@ -1012,7 +1018,7 @@ class RunnerCore:
             chunks += [together[i : i + MAX_BATCH] for i in range(0, len(together), MAX_BATCH)]
             for chunk in chunks:
                 for call in chunk:
-                    call.phase = Phase.POSTING
+                    self._move(call, Phase.POSTING)
                 records = tuple(call.record for call in chunk if call.record is not None)
                 self._effects.append(PostResults(Batch(session_id, records)))
 
@@ -1032,7 +1038,7 @@ class RunnerCore:
         if error is None:
             for call in mine:
                 self._notes.append(CallSettled(call.key, call.name, "submitted"))
-                call.phase = Phase.POSTED
+                self._move(call, Phase.POSTED)
                 self._count(call.key.session_id, "results_submitted")
                 if call.output_seen:
                     self._queue_mark(call.key, CallState.APPLIED, now)
@@ -1259,7 +1265,7 @@ class RunnerCore:
 
     def _enter(self, call: Call, phase: Phase, now: float) -> None:
         """Move ``call`` to a phase the clockwork acts on (queued, ready, backoff)."""
-        call.phase = phase
+        self._move(call, phase)
         self._watch[call.key] = call
         if phase is Phase.READY:
             call.ready_at = now
@@ -1327,15 +1333,28 @@ class RunnerCore:
     def _done(self, call: Call, outcome: str) -> None:
         if call.phase is not Phase.POSTED:  # a posted call was noted as submitted
             self._notes.append(CallSettled(call.key, call.name, outcome))
-        call.phase = Phase.DONE
+        self._move(call, Phase.DONE)
         call.outcome = outcome
         call.lease_held = False
         call.retry = None
 
+    def _move(self, call: Call, phase: Phase) -> None:
+        """Every phase change goes through here, so ``busy`` needs no scan."""
+        call.phase = phase
+        view = self._sessions.get(call.key.session_id)
+        if view is None or view.calls.get(call.key) is not call:
+            return  # forgotten: a late answer moves it, but nobody waits on it
+        if phase in _IDLE_PHASES:
+            view.unsettled.discard(call.key)
+        else:
+            view.unsettled.add(call.key)
+
     def _forget(self, call: Call) -> None:
         self.calls.pop(call.key, None)
         self._watch.pop(call.key, None)
-        self._view(call.key.session_id).calls.pop(call.key, None)
+        view = self._view(call.key.session_id)
+        view.calls.pop(call.key, None)
+        view.unsettled.discard(call.key)
 
     def _view(self, session_id: str) -> _SessionView:
         view = self._sessions.get(session_id)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 import tenacity
@@ -20,6 +21,7 @@ from ..types import SessionEvent
 from ._core import ActionHandler, InDoubtCall, InDoubtHandler, RunnerCore
 from ._effects import (
     AskInDoubt,
+    Effect,
     FunctionOutcome,
     InDoubtAnswer,
     PostOutcome,
@@ -34,6 +36,7 @@ __all__ = [
     "Message",
     "Outage",
     "Received",
+    "Round",
     "Stop",
     "StreamFailed",
     "Wake",
@@ -44,7 +47,11 @@ __all__ = [
     "judge",
     "reconnectable",
     "report_action",
+    "run_round",
 ]
+
+if TYPE_CHECKING:
+    from ._observe import CallObserver
 
 logger = logging.getLogger("openagentcore.runner")
 
@@ -136,6 +143,29 @@ def feed(core: RunnerCore, message: Message, now: float) -> None:
             serve.fatal = message.error
         else:
             core.on_stream_failed(serve, message.error)
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """What one round of the pump decided: verdicts on serves, and effects to carry out."""
+
+    verdicts: dict[int, BaseException | None]
+    effects: list[Effect]
+
+
+def run_round(
+    core: RunnerCore, observer: CallObserver | None, messages: Sequence[Message], now: float
+) -> Round:
+    """Feed ``messages`` to the core, judge its serves and take its effects: the one
+    step every driver (and the simulator) repeats, whatever thread or task runs it."""
+    for message in messages:
+        feed(core, message, now)
+    verdicts = judge(core, now)
+    effects = core.take_effects(now)
+    notes = core.take_notes()
+    if observer is not None:
+        observer.observe(notes, now, messages=messages, effects=effects)
+    return Round(verdicts, effects)
 
 
 def judge(core: RunnerCore, now: float) -> dict[int, BaseException | None]:

@@ -49,7 +49,7 @@ from ._effects import (
     ReportAction,
     RunFunction,
     SessionOutcome,
-    StoreAnswer,
+    StoreEffect,
     perform_store,
 )
 from ._execution import Hooks, call_async, call_sync
@@ -65,10 +65,9 @@ from ._pump import (
     Wake,
     ask_in_doubt,
     captured,
-    feed,
-    judge,
     reconnectable,
     report_action,
+    run_round,
 )
 from ._report import OutputT, ServeReport, TurnResult
 from ._signals import on_shutdown_signal
@@ -110,6 +109,9 @@ class FunctionRunner(RunnerBase):
         self._hook_pool = ThreadPoolExecutor(_HOOK_THREADS, thread_name_prefix="oac-hooks")
         self._http_pool = ThreadPoolExecutor(_HTTP_THREADS, thread_name_prefix="oac-http")
         self._pump_thread: threading.Thread | None = None
+        #: When the pump means to look next; a round elsewhere that makes something
+        #: due sooner wakes it.
+        self._pump_due = 0.0
         self._closing = False
         #: The context of each running function, to cancel it.
         self._contexts: dict[CallKey, CallContext] = {}
@@ -316,51 +318,71 @@ class FunctionRunner(RunnerBase):
                 self._waiting_for_idle -= 1
         raise ServeTimeout(f"Session {serve.session_id} was not settled in time", serve.report)
 
-    # -- the pump -----------------------------------------------------------------------------
+    # -- rounds -------------------------------------------------------------------------
 
     def _pump(self) -> None:
+        """The timekeeper: runs a round whenever something falls due with no input (a
+        lease to renew, a backoff over) or a message arrives through the inbox."""
         try:
-            self._pump_rounds()
-        except BaseException as exc:  # a bug: every serve must hear of it, not hang
-            logger.exception("The runner's pump failed")
-            with self._lock:
-                for serve_id in self._core.serves:
-                    self._verdicts[serve_id] = RunnerError(f"The runner failed: {exc!r}")
-                self._changed.notify_all()
+            while True:
+                with self._lock:
+                    if self._closing:
+                        return
+                    now = time.monotonic()
+                    wait = self._core.next_wakeup(now)
+                    self._pump_due = now + wait
+                messages = _drain(self._inbox, wait)
+                self._rounds(messages)  # at least one round: time alone makes things due
+        except BaseException as exc:
+            self._fail(exc)
             raise
 
-    def _pump_rounds(self) -> None:
+    def _deliver(self, message: Message) -> None:
+        """Hand an outcome to the core on the thread that has it, with no hand-off to
+        the pump: the stream's reader, a function's thread or a request's thread runs
+        the round itself (under the lock) and carries out the store calls it asks for."""
+        try:
+            self._rounds([message])
+        except Exception as exc:
+            self._fail(exc)
+
+    def _rounds(self, messages: list[Message]) -> None:
         while True:
             with self._lock:
                 if self._closing:
                     return
-                wait = self._core.next_wakeup(time.monotonic())
-            messages = _drain(self._inbox, wait)
-            while True:  # at least one round: time alone makes things due
-                with self._lock:
-                    now = time.monotonic()
-                    for message in messages:
-                        feed(self._core, message, now)
-                    verdicts = judge(self._core, now)
-                    self._verdicts.update(verdicts)
-                    effects = self._core.take_effects(now)
-                    self._observer.observe(
-                        self._core.take_notes(), now, messages=messages, effects=effects
-                    )
-                    if verdicts or self._waiting_for_idle:
-                        self._changed.notify_all()  # wake waiters only when it may matter
-                # Store calls run right here, one after another, and their answers go
-                # straight back in: two thread hand-offs fewer per write. Requests and
-                # functions go to their pools, so nothing slow holds the pump.
-                answers = [self._dispatch(effect) for effect in effects]
-                messages = [answer for answer in answers if answer is not None]
-                if not messages:
-                    break
+                now = time.monotonic()
+                decided = run_round(self._core, self._observer, messages, now)
+                self._verdicts.update(decided.verdicts)
+                if decided.verdicts or self._waiting_for_idle:
+                    self._changed.notify_all()  # wake waiters only when it may matter
+                store_effects: list[StoreEffect] = []
+                for effect in decided.effects:
+                    if isinstance(effect, StoreEffect):
+                        store_effects.append(effect)
+                    else:
+                        self._dispatch(effect)  # under the lock: in the core's order
+                if now + self._core.next_wakeup(now) < self._pump_due:
+                    self._pump_due = now  # something falls due before the pump looks
+                    self._inbox.put(Wake())
+            # Store calls run right here, one after another, and their answers go
+            # straight back in; requests and functions went to their pools.
+            messages = [perform_store(effect, self.store) for effect in store_effects]
+            if not messages:
+                return
 
-    def _dispatch(self, effect: Effect) -> StoreAnswer | None:
-        """Carry out one effect: a store call at once (its answer is returned), the
-        rest in the background (their outcomes arrive in the inbox)."""
-        put = self._inbox.put
+    def _fail(self, exc: BaseException) -> None:
+        """A bug in a round: every serve must hear of it, not hang."""
+        logger.error("The runner failed", exc_info=exc)
+        with self._lock:
+            for serve_id in self._core.serves:
+                self._verdicts[serve_id] = RunnerError(f"The runner failed: {exc!r}")
+            self._changed.notify_all()
+
+    def _dispatch(self, effect: Effect) -> None:
+        """Start one effect that is not a store call; its outcome comes back through
+        :meth:`_deliver`."""
+        deliver = self._deliver
         if isinstance(effect, RunFunction):
             context = effect.context()
             self._contexts[effect.key] = context
@@ -370,19 +392,16 @@ class FunctionRunner(RunnerBase):
             if running is not None:
                 cancel_call(running)
         elif isinstance(effect, PostResults):
-            self._http_pool.submit(lambda: put(self._post(effect)))
+            self._http_pool.submit(lambda: deliver(self._post(effect)))
         elif isinstance(effect, ReadSession):
-            self._http_pool.submit(lambda: put(self._read(effect)))
+            self._http_pool.submit(lambda: deliver(self._read(effect)))
         elif isinstance(effect, AskInDoubt):
             assert self._on_in_doubt is not None
             hook = self._on_in_doubt
-            self._hook_pool.submit(lambda: put(ask_in_doubt(hook, effect)))
+            self._hook_pool.submit(lambda: deliver(ask_in_doubt(hook, effect)))
         elif isinstance(effect, ReportAction):
             assert self._on_action is not None
             self._hook_pool.submit(report_action, self._on_action, effect)
-        else:
-            return perform_store(effect, self.store)
-        return None
 
     def _run(self, effect: RunFunction, context: CallContext) -> None:
         try:
@@ -397,7 +416,7 @@ class FunctionRunner(RunnerBase):
             raise
         finally:
             self._contexts.pop(effect.key, None)
-        self._inbox.put(outcome)
+        self._deliver(outcome)
 
     def _post(self, effect: PostResults) -> PostOutcome:
         with captured() as answer:
@@ -437,7 +456,7 @@ class _Reader:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        put, serve_id = self.runner._inbox.put, self.serve.id
+        put, serve_id = self.runner._deliver, self.serve.id
         while not self._stop.is_set():
             outage = Outage(self.runner.client.base_url, self._limit())
             try:
