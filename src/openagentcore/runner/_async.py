@@ -65,10 +65,9 @@ from ._pump import (
     Wake,
     ask_in_doubt,
     captured,
-    feed,
-    judge,
     reconnectable,
     report_action,
+    run_round,
 )
 from ._report import OutputT, ServeReport, TurnResult
 from ._signals import on_shutdown_signal
@@ -354,10 +353,8 @@ class AsyncFunctionRunner(RunnerBase):
         while not self._closing:
             wait = self._core.next_wakeup(time.monotonic())
             messages = await self._inbox.drain(wait)
-            now = time.monotonic()
-            for message in messages:
-                feed(self._core, message, now)
-            for serve_id, error in judge(self._core, now).items():
+            decided = run_round(self._core, self._observer, messages, time.monotonic())
+            for serve_id, error in decided.verdicts.items():
                 future = self._verdicts.get(serve_id)
                 if future is None or future.done():
                     continue
@@ -365,10 +362,8 @@ class AsyncFunctionRunner(RunnerBase):
                     future.set_result(None)
                 else:
                     future.set_exception(error)
-            effects = self._core.take_effects(now)
-            self._observer.observe(self._core.take_notes(), now, messages=messages, effects=effects)
             self._changed.set()
-            for effect in effects:
+            for effect in decided.effects:
                 self._dispatch(effect)
 
     def _dispatch(self, effect: Effect) -> None:
