@@ -15,6 +15,7 @@ Afterwards :meth:`World.check` asserts the runner's promises.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import json
@@ -37,8 +38,8 @@ from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
 from openagentcore.runner._core import Phase, RunnerCore, RunnerError, Serve
 from openagentcore.runner._effects import (
     AskInDoubt,
+    CancelFunction,
     ClaimCall,
-    Effect,
     FunctionOutcome,
     Lookup,
     PostOutcome,
@@ -59,6 +60,7 @@ from openagentcore.runner._pump import (
     Message,
     Received,
     ask_in_doubt,
+    carry,
     run_round,
 )
 from openagentcore.runner._registry import FunctionRegistry, describe_function
@@ -547,7 +549,8 @@ class SimWorker:
             if self.world.chance(self.world.faults.crash):
                 self.crash()
                 return
-            self._dispatch(effect)
+            for store_call in carry(self, [effect]):
+                self.world.later(0.0005, 0.01, functools.partial(self._store, store_call))
         if core.serves or core.busy():
             # At least a microsecond: converting between this worker's clock and the
             # world's can round a due time to just ahead of "now" for ever.
@@ -563,28 +566,30 @@ class SimWorker:
         for session_id in self.world.sessions:
             if self.core.busy(session_id) != (session_id in scanned):
                 raise Violation(
-                    f"seed {self.world.seed}: busy({session_id}) disagrees with a scan "
-                    "of its calls"
+                    f"seed {self.world.seed}: busy({session_id}) disagrees with a scan of its calls"
                 )
 
-    # -- carrying out effects ---------------------------------------------------------------
+    # -- carrying out effects (the sim is a Carrier) --------------------------------------
 
-    def _dispatch(self, effect: Effect) -> None:
-        world = self.world
-        if isinstance(effect, RunFunction):
-            world.later(0.0, 0.005, lambda: self._run(effect))
-        elif isinstance(effect, PostResults):
-            world.later(0.001, 0.03, lambda: self._post(effect))
-        elif isinstance(effect, ReadSession):
-            world.later(0.001, 0.03, lambda: self._read(effect))
-        elif isinstance(effect, AskInDoubt):
-            assert self.hook is not None
-            answer = ask_in_doubt(self.hook, effect)
-            self.deliver(world.rng.uniform(0.0, 0.01), answer)
-        elif isinstance(effect, ReportAction):
-            return
-        else:
-            world.later(0.0005, 0.01, lambda: self._store(effect))
+    def _run_function(self, effect: RunFunction) -> None:
+        self.world.later(0.0, 0.005, lambda: self._run(effect))
+
+    def _cancel_function(self, effect: CancelFunction) -> None:
+        return  # the simulated functions finish at once
+
+    def _post_results(self, effect: PostResults) -> None:
+        self.world.later(0.001, 0.03, lambda: self._post(effect))
+
+    def _read_session(self, effect: ReadSession) -> None:
+        self.world.later(0.001, 0.03, lambda: self._read(effect))
+
+    def _ask_in_doubt(self, effect: AskInDoubt) -> None:
+        assert self.hook is not None
+        answer = ask_in_doubt(self.hook, effect)
+        self.deliver(self.world.rng.uniform(0.0, 0.01), answer)
+
+    def _report_action(self, effect: ReportAction) -> None:
+        return  # the simulated Sessions require no other actions
 
     def _store(self, effect: StoreEffect) -> None:
         world = self.world

@@ -8,7 +8,7 @@ from typing import Any
 import pydantic
 from typing_extensions import assert_type
 
-from openagentcore import ServeReport, TurnResult
+from openagentcore import AsyncFunctionRunner, FunctionRunner, ServeReport, TurnResult
 from openagentcore.runner._output import parse_turn_output
 
 
@@ -40,3 +40,14 @@ def constructed_as_before() -> TurnResult:
     )
     assert_type(result.output, str)
     return result
+
+
+def run_turn_types(runner: FunctionRunner) -> None:
+    assert_type(runner.run_turn("s", "hi"), TurnResult[str | None])
+    assert_type(runner.run_turn("s", "hi", output_type=Answer), TurnResult[Answer])
+    assert_type(runner.run_turn("s", "hi", output_type=Answer).output, Answer)
+
+
+async def async_run_turn_types(runner: AsyncFunctionRunner) -> None:
+    assert_type(await runner.run_turn("s", "hi"), TurnResult[str | None])
+    assert_type(await runner.run_turn("s", "hi", output_type=Answer), TurnResult[Answer])

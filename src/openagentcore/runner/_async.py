@@ -17,21 +17,21 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, overload
+from typing import Any
 
 import tenacity
 from typing_extensions import Unpack
 
 from .._client import AsyncClient
 from ..store import CallKey
-from ..types import UserMessage
 from ._base import (
     RunnerBase,
     RunnerError,
     RunnerOptions,
     ServeTimeout,
+    TurnInput,
     Until,
     input_event,
     left,
@@ -42,7 +42,6 @@ from ._core import Mode, Serve
 from ._effects import (
     AskInDoubt,
     CancelFunction,
-    Effect,
     FunctionOutcome,
     PostOutcome,
     PostResults,
@@ -65,11 +64,12 @@ from ._pump import (
     Wake,
     ask_in_doubt,
     captured,
+    carry,
     reconnectable,
     report_action,
     run_round,
 )
-from ._report import OutputT, ServeReport, TurnResult
+from ._report import ServeReport, TurnOutputT, TurnResult
 from ._signals import on_shutdown_signal
 
 __all__ = ["AsyncFunctionRunner"]
@@ -168,34 +168,14 @@ class AsyncFunctionRunner(RunnerBase):
             self._detach(serve)
         return serve.report
 
-    @overload
     async def run_turn(
         self,
         session_id: str,
-        input: str | Sequence[UserMessage | Mapping[str, Any]],
+        input: TurnInput,
         *,
-        output_type: None = None,
+        output_type: type[TurnOutputT] | None = None,
         timeout: float | None = None,
-    ) -> TurnResult[str | None]: ...
-
-    @overload
-    async def run_turn(
-        self,
-        session_id: str,
-        input: str | Sequence[UserMessage | Mapping[str, Any]],
-        *,
-        output_type: type[OutputT],
-        timeout: float | None = None,
-    ) -> TurnResult[OutputT]: ...
-
-    async def run_turn(
-        self,
-        session_id: str,
-        input: str | Sequence[UserMessage | Mapping[str, Any]],
-        *,
-        output_type: type[OutputT] | None = None,
-        timeout: float | None = None,
-    ) -> TurnResult[Any]:
+    ) -> TurnResult[TurnOutputT]:
         """Send ``input``, serve the calls of the Turn it starts, and return its outcome."""
         deadline = _deadline(timeout)
         if output_type is not None:
@@ -363,40 +343,44 @@ class AsyncFunctionRunner(RunnerBase):
                 else:
                     future.set_exception(error)
             self._changed.set()
-            for effect in decided.effects:
-                self._dispatch(effect)
+            for store_call in carry(self, decided.effects):
+                self._in_thread(functools.partial(perform_store, store_call, self.store))
 
-    def _dispatch(self, effect: Effect) -> None:
-        loop = asyncio.get_running_loop()
-        if isinstance(effect, RunFunction):
-            context = effect.context()
-            task = asyncio.ensure_future(self._run(effect, context))
-            if effect.function.is_async:
-                self._cancellable[effect.key] = task
-            self._contexts[effect.key] = context
-            self._deliver(task)
-        elif isinstance(effect, CancelFunction):
-            running = self._contexts.get(effect.key)
-            if running is not None:
-                cancel_call(running)  # a plain function sees it; a coroutine is cancelled
-                cancellable = self._cancellable.get(effect.key)
-                if cancellable is not None:
-                    cancellable.cancel()
-        elif isinstance(effect, PostResults):
-            self._spawn(self._post(effect))
-        elif isinstance(effect, ReadSession):
-            self._spawn(self._read(effect))
-        elif isinstance(effect, AskInDoubt):
-            assert self._on_in_doubt is not None
-            decide = functools.partial(ask_in_doubt, self._on_in_doubt, effect)
-            self._deliver(loop.run_in_executor(self._store_threads, decide))
-        elif isinstance(effect, ReportAction):
-            assert self._on_action is not None
-            act = functools.partial(report_action, self._on_action, effect)
-            self._deliver(loop.run_in_executor(self._store_threads, act))
-        else:
-            perform = functools.partial(perform_store, effect, self.store)
-            self._deliver(loop.run_in_executor(self._store_threads, perform))
+    # -- effects, as a Carrier: outcomes come back through the inbox ---------------------
+
+    def _run_function(self, effect: RunFunction) -> None:
+        context = effect.context()
+        task = asyncio.ensure_future(self._run(effect, context))
+        if effect.function.is_async:
+            self._cancellable[effect.key] = task
+        self._contexts[effect.key] = context
+        self._deliver(task)
+
+    def _cancel_function(self, effect: CancelFunction) -> None:
+        running = self._contexts.get(effect.key)
+        if running is not None:
+            cancel_call(running)  # a plain function sees it; a coroutine is cancelled
+            cancellable = self._cancellable.get(effect.key)
+            if cancellable is not None:
+                cancellable.cancel()
+
+    def _post_results(self, effect: PostResults) -> None:
+        self._spawn(self._post(effect))
+
+    def _read_session(self, effect: ReadSession) -> None:
+        self._spawn(self._read(effect))
+
+    def _ask_in_doubt(self, effect: AskInDoubt) -> None:
+        assert self._on_in_doubt is not None
+        self._in_thread(functools.partial(ask_in_doubt, self._on_in_doubt, effect))
+
+    def _report_action(self, effect: ReportAction) -> None:
+        assert self._on_action is not None
+        self._in_thread(functools.partial(report_action, self._on_action, effect))
+
+    def _in_thread(self, work: Callable[[], Any]) -> None:
+        """Blocking work (the store, the application's hooks) in the runner's threads."""
+        self._deliver(asyncio.get_running_loop().run_in_executor(self._store_threads, work))
 
     def _spawn(self, work: Any) -> None:
         self._deliver(asyncio.ensure_future(work))

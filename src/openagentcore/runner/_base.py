@@ -226,7 +226,11 @@ class RunnerBase:
         return self._registry.tools()
 
 
-def input_event(input: str | Sequence[UserMessage | Mapping[str, Any]]) -> InputMessageEvent:
+#: What ``run_turn`` sends: a text, or user messages (models or their JSON).
+TurnInput = str | Sequence[UserMessage | Mapping[str, Any]]
+
+
+def input_event(input: TurnInput) -> InputMessageEvent:
     if isinstance(input, str):
         return InputMessageEvent.from_text(input)
     messages = [m if isinstance(m, UserMessage) else UserMessage.model_validate(m) for m in input]

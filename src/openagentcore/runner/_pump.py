@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 import tenacity
@@ -21,13 +21,18 @@ from ..types import SessionEvent
 from ._core import ActionHandler, InDoubtCall, InDoubtHandler, RunnerCore
 from ._effects import (
     AskInDoubt,
+    CancelFunction,
     Effect,
     FunctionOutcome,
     InDoubtAnswer,
     PostOutcome,
+    PostResults,
+    ReadSession,
     ReportAction,
+    RunFunction,
     SessionOutcome,
     StoreAnswer,
+    StoreEffect,
 )
 
 __all__ = [
@@ -41,8 +46,10 @@ __all__ = [
     "StreamFailed",
     "Wake",
     "Captured",
+    "Carrier",
     "ask_in_doubt",
     "captured",
+    "carry",
     "feed",
     "judge",
     "reconnectable",
@@ -166,6 +173,45 @@ def run_round(
     if observer is not None:
         observer.observe(notes, now, messages=messages, effects=effects)
     return Round(verdicts, effects)
+
+
+class Carrier(Protocol):
+    """How a driver (or the simulator) starts each kind of effect but store calls,
+    which :func:`carry` hands back: each driver runs those its own way. The methods are
+    private: drivers implement them, nothing else calls them."""
+
+    def _run_function(self, effect: RunFunction) -> None: ...
+
+    def _cancel_function(self, effect: CancelFunction) -> None: ...
+
+    def _post_results(self, effect: PostResults) -> None: ...
+
+    def _read_session(self, effect: ReadSession) -> None: ...
+
+    def _ask_in_doubt(self, effect: AskInDoubt) -> None: ...
+
+    def _report_action(self, effect: ReportAction) -> None: ...
+
+
+def carry(carrier: Carrier, effects: Iterable[Effect]) -> list[StoreEffect]:
+    """Start ``effects`` in the core's order; return the store calls among them."""
+    store_calls: list[StoreEffect] = []
+    for effect in effects:
+        if isinstance(effect, RunFunction):
+            carrier._run_function(effect)
+        elif isinstance(effect, CancelFunction):
+            carrier._cancel_function(effect)
+        elif isinstance(effect, PostResults):
+            carrier._post_results(effect)
+        elif isinstance(effect, ReadSession):
+            carrier._read_session(effect)
+        elif isinstance(effect, AskInDoubt):
+            carrier._ask_in_doubt(effect)
+        elif isinstance(effect, ReportAction):
+            carrier._report_action(effect)
+        else:
+            store_calls.append(effect)
+    return store_calls
 
 
 def judge(core: RunnerCore, now: float) -> dict[int, BaseException | None]:

@@ -9,10 +9,13 @@ from typing_extensions import TypeVar
 
 from ..store import CallKey
 
-__all__ = ["OutputT", "ServeReport", "TurnResult"]
+__all__ = ["OutputT", "ServeReport", "TurnOutputT", "TurnResult"]
 
 #: The type of :attr:`TurnResult.output`; ``Any`` when none is given.
 OutputT = TypeVar("OutputT", default=Any)
+#: What ``run_turn`` returns in :attr:`TurnResult.output`: an instance of its
+#: ``output_type``, or the answer's text without one.
+TurnOutputT = TypeVar("TurnOutputT", default=str | None)
 
 
 @dataclass(slots=True)

@@ -15,9 +15,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, overload
 
 import tenacity
 from typing_extensions import Unpack
@@ -25,12 +24,12 @@ from typing_extensions import Unpack
 from .._client import Client
 from .._streaming import EventStream
 from ..store import CallKey
-from ..types import UserMessage
 from ._base import (
     RunnerBase,
     RunnerError,
     RunnerOptions,
     ServeTimeout,
+    TurnInput,
     Until,
     input_event,
     left,
@@ -41,7 +40,6 @@ from ._core import Mode, Serve
 from ._effects import (
     AskInDoubt,
     CancelFunction,
-    Effect,
     FunctionOutcome,
     PostOutcome,
     PostResults,
@@ -49,7 +47,6 @@ from ._effects import (
     ReportAction,
     RunFunction,
     SessionOutcome,
-    StoreEffect,
     perform_store,
 )
 from ._execution import Hooks, call_async, call_sync
@@ -65,11 +62,12 @@ from ._pump import (
     Wake,
     ask_in_doubt,
     captured,
+    carry,
     reconnectable,
     report_action,
     run_round,
 )
-from ._report import OutputT, ServeReport, TurnResult
+from ._report import ServeReport, TurnOutputT, TurnResult
 from ._signals import on_shutdown_signal
 
 __all__ = ["FunctionRunner"]
@@ -136,34 +134,14 @@ class FunctionRunner(RunnerBase):
             self._detach(serve)
         return serve.report
 
-    @overload
     def run_turn(
         self,
         session_id: str,
-        input: str | Sequence[UserMessage | Mapping[str, Any]],
+        input: TurnInput,
         *,
-        output_type: None = None,
+        output_type: type[TurnOutputT] | None = None,
         timeout: float | None = None,
-    ) -> TurnResult[str | None]: ...
-
-    @overload
-    def run_turn(
-        self,
-        session_id: str,
-        input: str | Sequence[UserMessage | Mapping[str, Any]],
-        *,
-        output_type: type[OutputT],
-        timeout: float | None = None,
-    ) -> TurnResult[OutputT]: ...
-
-    def run_turn(
-        self,
-        session_id: str,
-        input: str | Sequence[UserMessage | Mapping[str, Any]],
-        *,
-        output_type: type[OutputT] | None = None,
-        timeout: float | None = None,
-    ) -> TurnResult[Any]:
+    ) -> TurnResult[TurnOutputT]:
         """Send ``input``, serve the calls of the Turn it starts, and return its outcome.
 
         Subscribes before sending, so no event of the Turn is missed.
@@ -356,18 +334,14 @@ class FunctionRunner(RunnerBase):
                 self._verdicts.update(decided.verdicts)
                 if decided.verdicts or self._waiting_for_idle:
                     self._changed.notify_all()  # wake waiters only when it may matter
-                store_effects: list[StoreEffect] = []
-                for effect in decided.effects:
-                    if isinstance(effect, StoreEffect):
-                        store_effects.append(effect)
-                    else:
-                        self._dispatch(effect)  # under the lock: in the core's order
+                # Started under the lock, so in the core's order.
+                store_calls = carry(self, decided.effects)
                 if now + self._core.next_wakeup(now) < self._pump_due:
                     self._pump_due = now  # something falls due before the pump looks
                     self._inbox.put(Wake())
             # Store calls run right here, one after another, and their answers go
             # straight back in; requests and functions went to their pools.
-            messages = [perform_store(effect, self.store) for effect in store_effects]
+            messages = [perform_store(effect, self.store) for effect in store_calls]
             if not messages:
                 return
 
@@ -379,29 +353,32 @@ class FunctionRunner(RunnerBase):
                 self._verdicts[serve_id] = RunnerError(f"The runner failed: {exc!r}")
             self._changed.notify_all()
 
-    def _dispatch(self, effect: Effect) -> None:
-        """Start one effect that is not a store call; its outcome comes back through
-        :meth:`_deliver`."""
-        deliver = self._deliver
-        if isinstance(effect, RunFunction):
-            context = effect.context()
-            self._contexts[effect.key] = context
-            self._functions.submit(self._run, effect, context)
-        elif isinstance(effect, CancelFunction):
-            running = self._contexts.get(effect.key)
-            if running is not None:
-                cancel_call(running)
-        elif isinstance(effect, PostResults):
-            self._http_pool.submit(lambda: deliver(self._post(effect)))
-        elif isinstance(effect, ReadSession):
-            self._http_pool.submit(lambda: deliver(self._read(effect)))
-        elif isinstance(effect, AskInDoubt):
-            assert self._on_in_doubt is not None
-            hook = self._on_in_doubt
-            self._hook_pool.submit(lambda: deliver(ask_in_doubt(hook, effect)))
-        elif isinstance(effect, ReportAction):
-            assert self._on_action is not None
-            self._hook_pool.submit(report_action, self._on_action, effect)
+    # -- effects, as a Carrier: outcomes come back through _deliver -----------------------
+
+    def _run_function(self, effect: RunFunction) -> None:
+        context = effect.context()
+        self._contexts[effect.key] = context
+        self._functions.submit(self._run, effect, context)
+
+    def _cancel_function(self, effect: CancelFunction) -> None:
+        running = self._contexts.get(effect.key)
+        if running is not None:
+            cancel_call(running)
+
+    def _post_results(self, effect: PostResults) -> None:
+        self._http_pool.submit(lambda: self._deliver(self._post(effect)))
+
+    def _read_session(self, effect: ReadSession) -> None:
+        self._http_pool.submit(lambda: self._deliver(self._read(effect)))
+
+    def _ask_in_doubt(self, effect: AskInDoubt) -> None:
+        assert self._on_in_doubt is not None
+        hook = self._on_in_doubt
+        self._hook_pool.submit(lambda: self._deliver(ask_in_doubt(hook, effect)))
+
+    def _report_action(self, effect: ReportAction) -> None:
+        assert self._on_action is not None
+        self._hook_pool.submit(report_action, self._on_action, effect)
 
     def _run(self, effect: RunFunction, context: CallContext) -> None:
         try:
