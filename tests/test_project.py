@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +73,13 @@ def test_relative_links_point_to_files_that_exist(page: Path) -> None:
             continue
         path = (page.parent / target.split("#", 1)[0]).resolve()
         assert path.exists(), f"{page.name} links to {target}, which does not exist"
+
+
+def test_the_generated_sync_serving_api_is_current() -> None:
+    """_serving_sync.py is generated from _serving_async.py: a hand edit, or an edit of
+    the source without regenerating, fails here."""
+    script = ROOT / "scripts" / "unasync.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr

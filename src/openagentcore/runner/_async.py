@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,33 +26,21 @@ from typing_extensions import Unpack
 
 from .._client import AsyncClient
 from ..store import CallKey
-from ._base import (
-    RunnerBase,
-    RunnerError,
-    RunnerOptions,
-    ServeTimeout,
-    TurnInput,
-    Until,
-    input_event,
-    left,
-    turn_result,
-)
+from ..types import Turn
+from ._base import RunnerError, RunnerOptions, ServeTimeout
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
 from ._effects import (
     AskInDoubt,
     CancelFunction,
     FunctionOutcome,
-    PostOutcome,
     PostResults,
     ReadSession,
     ReportAction,
     RunFunction,
-    SessionOutcome,
     perform_store,
 )
 from ._execution import call_async, call_sync
-from ._output import check_output_format
 from ._pump import (
     Connected,
     Dropped,
@@ -63,14 +51,12 @@ from ._pump import (
     StreamFailed,
     Wake,
     ask_in_doubt,
-    captured,
     carry,
     reconnectable,
     report_action,
     run_round,
 )
-from ._report import ServeReport, TurnOutputT, TurnResult
-from ._signals import on_shutdown_signal
+from ._serving_async import AsyncServing
 
 __all__ = ["AsyncFunctionRunner"]
 
@@ -110,7 +96,7 @@ class _Inbox:
         return items
 
 
-class AsyncFunctionRunner(RunnerBase):
+class AsyncFunctionRunner(AsyncServing):
     """The asyncio twin of :class:`~openagentcore.FunctionRunner`.
 
     Accepts coroutine functions and plain functions (run in worker threads). One runner
@@ -142,97 +128,7 @@ class AsyncFunctionRunner(RunnerBase):
         )
         self._store_threads = ThreadPoolExecutor(_STORE_THREADS, thread_name_prefix="oac-store")
 
-    # -- public API ----------------------------------------------------------------------
-
-    async def serve(
-        self, session_id: str, *, until: Until = "idle", timeout: float | None = None
-    ) -> ServeReport:
-        """Serve the Session's calls until it is idle or failed with nothing pending
-        (``until="forever"``: until :meth:`stop`, SIGINT or SIGTERM).
-
-        Raises :class:`~openagentcore.runner.ServeTimeout` (a ``TimeoutError`` carrying
-        the report) when ``timeout`` passes first. Cancelling it leaves running functions
-        to finish, be saved and posted in the background.
-        """
-        serve = self._attach(session_id, until)
-        signals = (
-            on_shutdown_signal(self._stop_from_signal)
-            if until == "forever"
-            else contextlib.nullcontext()
-        )
-        try:
-            with signals:
-                async with self._reader(serve):
-                    await self._wait(serve, _deadline(timeout))
-        finally:
-            self._detach(serve)
-        return serve.report
-
-    async def run_turn(
-        self,
-        session_id: str,
-        input: TurnInput,
-        *,
-        output_type: type[TurnOutputT] | None = None,
-        timeout: float | None = None,
-    ) -> TurnResult[TurnOutputT]:
-        """Send ``input``, serve the calls of the Turn it starts, and return its outcome."""
-        deadline = _deadline(timeout)
-        if output_type is not None:
-            session = await self.client.sessions.retrieve(session_id, **left(deadline))
-            check_output_format(session.agent.text, output_type)
-        serve = self._attach(session_id, "connected")
-        try:
-            async with self._reader(serve):
-                await self._wait(serve, deadline)
-                reconnects = serve.report.reconnects  # before the input is sent
-                await self.client.sessions.events.create(
-                    session_id, events=[input_event(input)], **left(deadline)
-                )
-                latest = await self.client.sessions.turns.list(
-                    session_id, order="desc", limit=1, **left(deadline)
-                )
-                if not latest.data:
-                    raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
-                self._core.start_turn(serve, latest.data[0].id, latest.data[0].status, reconnects)
-                self._core.set_until(serve, "turn")
-                # A fresh verdict: the one on "connected" may be judged again meanwhile.
-                self._verdicts[serve.id] = asyncio.get_running_loop().create_future()
-                self._wake()
-                await self._wait(serve, deadline)
-        finally:
-            self._detach(serve)
-        assert serve.target_turn is not None
-        items: Sequence[object] | None = serve.streamed_answer()
-        if items is None:
-            items = [
-                item
-                async for item in self.client.sessions.items.list(
-                    session_id, order="asc", **left(deadline)
-                )
-            ]
-        return turn_result(serve, items, output_type)
-
-    async def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
-        """One reconciliation pass (see :meth:`FunctionRunner.recover`)."""
-        serve = self._attach(session_id, "once")
-        try:
-            await self._wait(serve, _deadline(timeout))
-        finally:
-            self._detach(serve)
-        return serve.report
-
-    def stop(self, *, force: bool = False) -> None:
-        """Ask the serves running now to finish their in-flight calls and return.
-
-        With ``force=True`` the running functions are cancelled instead of awaited:
-        coroutine functions get ``CancelledError``, plain ones see ``ctx.cancelled``;
-        a function that stops that way gets a failed "cancelled" result, not "in doubt".
-
-        Serves started later are not affected. Safe to call from any thread.
-        """
-        if self._inbox is not None:
-            self._inbox.put(Stop(self._core.last_serve_id, force))
+    # -- public API (serve, run_turn, recover, stop: see _serving_async.py) ---------------
 
     async def close(self) -> None:
         """Finish in the background what ended serves left (within ``shutdown_grace``),
@@ -292,7 +188,20 @@ class AsyncFunctionRunner(RunnerBase):
         assert inbox is not None
         inbox.put_threadsafe(Stop(self._core.last_serve_id))
 
-    async def _wait(self, serve: Serve, deadline: float | None) -> None:
+    def _send_stop(self, force: bool) -> None:
+        if self._inbox is not None:
+            self._inbox.put(Stop(self._core.last_serve_id, force))
+
+    def _follow_turn(self, serve: Serve, turn: Turn, reconnects: int) -> None:
+        self._core.start_turn(serve, turn.id, turn.status, reconnects)
+        self._core.set_until(serve, "turn")
+        # A fresh verdict: the one on "connected" may be judged again meanwhile.
+        self._verdicts[serve.id] = asyncio.get_running_loop().create_future()
+        self._wake()
+
+    async def _wait(self, serve: Serve, deadline: float | None, *, interruptible: bool) -> None:
+        """Wait for the pump's verdict (Ctrl-C reaches asyncio programs as a
+        cancellation, so ``interruptible`` changes nothing here)."""
         future = self._verdicts[serve.id]
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
@@ -418,22 +327,8 @@ class AsyncFunctionRunner(RunnerBase):
             self._contexts.pop(effect.key, None)
             self._cancellable.pop(effect.key, None)
 
-    async def _post(self, effect: PostResults) -> PostOutcome:
-        with captured() as answer:
-            await self.client.sessions.events.create(**effect.batch.request)
-        return PostOutcome(effect.batch, answer.error)
-
-    async def _read(self, effect: ReadSession) -> SessionOutcome:
-        sessions, turn_id = self.client.sessions, effect.turn_id
-        session = turn = None
-        with captured() as answer:
-            session = await sessions.retrieve(effect.session_id)
-            if turn_id is not None:
-                turn = await sessions.turns.retrieve(turn_id, session_id=effect.session_id)
-        return SessionOutcome(effect.session_id, session, turn, answer.error)
-
     @contextlib.asynccontextmanager
-    async def _reader(self, serve: Serve) -> Any:
+    async def _reader(self, serve: Serve) -> AsyncIterator[None]:
         task = asyncio.create_task(self._follow(serve))
         try:
             yield
@@ -475,7 +370,3 @@ class AsyncFunctionRunner(RunnerBase):
                 await stream.close()
             logger.info("Event stream of %s ended (%s); reconnecting", serve.session_id, error)
             put(Dropped(serve.id))
-
-
-def _deadline(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout

@@ -15,7 +15,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import tenacity
@@ -24,33 +23,21 @@ from typing_extensions import Unpack
 from .._client import Client
 from .._streaming import EventStream
 from ..store import CallKey
-from ._base import (
-    RunnerBase,
-    RunnerError,
-    RunnerOptions,
-    ServeTimeout,
-    TurnInput,
-    Until,
-    input_event,
-    left,
-    turn_result,
-)
+from ..types import Turn
+from ._base import RunnerError, RunnerOptions, ServeTimeout
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
 from ._effects import (
     AskInDoubt,
     CancelFunction,
     FunctionOutcome,
-    PostOutcome,
     PostResults,
     ReadSession,
     ReportAction,
     RunFunction,
-    SessionOutcome,
     perform_store,
 )
 from ._execution import Hooks, call_async, call_sync
-from ._output import check_output_format
 from ._pump import (
     Connected,
     Dropped,
@@ -61,14 +48,12 @@ from ._pump import (
     StreamFailed,
     Wake,
     ask_in_doubt,
-    captured,
     carry,
     reconnectable,
     report_action,
     run_round,
 )
-from ._report import ServeReport, TurnOutputT, TurnResult
-from ._signals import on_shutdown_signal
+from ._serving_sync import Serving
 
 __all__ = ["FunctionRunner"]
 
@@ -82,7 +67,7 @@ _HTTP_THREADS = 4
 _CANCEL_POLL = 0.05
 
 
-class FunctionRunner(RunnerBase):
+class FunctionRunner(Serving):
     """Serves the function calls of Sessions through a :class:`~openagentcore.Client`.
 
     Every call is claimed in ``store`` before it runs and its result saved before it is
@@ -114,93 +99,7 @@ class FunctionRunner(RunnerBase):
         #: The context of each running function, to cancel it.
         self._contexts: dict[CallKey, CallContext] = {}
 
-    # -- public API ----------------------------------------------------------------------
-
-    def serve(
-        self, session_id: str, *, until: Until = "idle", timeout: float | None = None
-    ) -> ServeReport:
-        """Serve the Session's calls until it is idle or failed with nothing pending
-        (``until="forever"``: until :meth:`stop`, SIGINT or SIGTERM).
-
-        Raises :class:`~openagentcore.runner.ServeTimeout` (a ``TimeoutError`` carrying
-        the report) when ``timeout`` passes first.
-        """
-        serve = self._attach(session_id, until)
-        signals = on_shutdown_signal(self.stop) if until == "forever" else contextlib.nullcontext()
-        try:
-            with signals, _Reader(self, serve):
-                self._wait(serve, _deadline(timeout), interruptible=until == "idle")
-        finally:
-            self._detach(serve)
-        return serve.report
-
-    def run_turn(
-        self,
-        session_id: str,
-        input: TurnInput,
-        *,
-        output_type: type[TurnOutputT] | None = None,
-        timeout: float | None = None,
-    ) -> TurnResult[TurnOutputT]:
-        """Send ``input``, serve the calls of the Turn it starts, and return its outcome.
-
-        Subscribes before sending, so no event of the Turn is missed.
-        """
-        deadline = _deadline(timeout)
-        if output_type is not None:
-            session = self.client.sessions.retrieve(session_id, **left(deadline))
-            check_output_format(session.agent.text, output_type)
-        serve = self._attach(session_id, "connected")
-        try:
-            with _Reader(self, serve):
-                self._wait(serve, deadline, interruptible=False)
-                reconnects = serve.report.reconnects  # before the input is sent
-                self.client.sessions.events.create(
-                    session_id, events=[input_event(input)], **left(deadline)
-                )
-                # The Turn is created in the same transaction that admits the input.
-                latest = self.client.sessions.turns.list(
-                    session_id, order="desc", limit=1, **left(deadline)
-                )
-                if not latest.data:
-                    raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
-                with self._lock:
-                    self._core.start_turn(
-                        serve, latest.data[0].id, latest.data[0].status, reconnects
-                    )
-                    self._core.set_until(serve, "turn")
-                    self._verdicts.pop(serve.id, None)  # the verdict on "connected"
-                self._inbox.put(Wake())
-                self._wait(serve, deadline, interruptible=True)
-        finally:
-            self._detach(serve)
-        assert serve.target_turn is not None
-        items: Sequence[object] | None = serve.streamed_answer()
-        if items is None:
-            items = list(self.client.sessions.items.list(session_id, order="asc", **left(deadline)))
-        return turn_result(serve, items, output_type)
-
-    def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
-        """One reconciliation pass: resubmit saved results, settle calls in doubt, run
-        new pending calls, then return without following the stream."""
-        serve = self._attach(session_id, "once")
-        try:
-            self._wait(serve, _deadline(timeout), interruptible=True)
-        finally:
-            self._detach(serve)
-        return serve.report
-
-    def stop(self, *, force: bool = False) -> None:
-        """Ask the serves running now to finish their in-flight calls and return.
-
-        With ``force=True`` the running functions are cancelled instead of awaited:
-        coroutine functions get ``CancelledError``, plain ones see ``ctx.cancelled``;
-        a function that stops that way gets a failed "cancelled" result, not "in doubt".
-
-        Serves started later are not affected. Safe to call from a signal handler or
-        another thread.
-        """
-        self._inbox.put(Stop(self._core.last_serve_id, force))
+    # -- public API (serve, run_turn, recover, stop: see _serving_async.py) ---------------
 
     def close(self) -> None:
         """Finish in the background what ended serves left (within ``shutdown_grace``),
@@ -253,6 +152,22 @@ class FunctionRunner(RunnerBase):
             self._core.detach(serve, time.monotonic())
             self._verdicts.pop(serve.id, None)
         self._inbox.put(Wake())
+
+    def _reader(self, serve: Serve) -> _Reader:
+        return _Reader(self, serve)
+
+    def _follow_turn(self, serve: Serve, turn: Turn, reconnects: int) -> None:
+        with self._lock:
+            self._core.start_turn(serve, turn.id, turn.status, reconnects)
+            self._core.set_until(serve, "turn")
+            self._verdicts.pop(serve.id, None)  # the verdict on "connected"
+        self._inbox.put(Wake())
+
+    def _send_stop(self, force: bool) -> None:
+        self._inbox.put(Stop(self._core.last_serve_id, force))  # safe in a signal handler
+
+    def _stop_from_signal(self) -> None:
+        self.stop()
 
     def _wait(self, serve: Serve, deadline: float | None, *, interruptible: bool) -> None:
         """Wait for the pump's verdict on ``serve``. In ``until="idle"`` mode the first
@@ -395,20 +310,6 @@ class FunctionRunner(RunnerBase):
             self._contexts.pop(effect.key, None)
         self._deliver(outcome)
 
-    def _post(self, effect: PostResults) -> PostOutcome:
-        with captured() as answer:
-            self.client.sessions.events.create(**effect.batch.request)
-        return PostOutcome(effect.batch, answer.error)
-
-    def _read(self, effect: ReadSession) -> SessionOutcome:
-        sessions, turn_id = self.client.sessions, effect.turn_id
-        session = turn = None
-        with captured() as answer:
-            session = sessions.retrieve(effect.session_id)
-            if turn_id is not None:
-                turn = sessions.turns.retrieve(turn_id, session_id=effect.session_id)
-        return SessionOutcome(effect.session_id, session, turn, answer.error)
-
 
 class _Reader:
     """Follows one serve's live stream in a thread, reconnecting with backoff."""
@@ -421,9 +322,8 @@ class _Reader:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="openagentcore-stream", daemon=True)
 
-    def __enter__(self) -> _Reader:
+    def __enter__(self) -> None:
         self._thread.start()
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
@@ -510,7 +410,3 @@ def _drain(inbox: queue.SimpleQueue[Message], wait: float) -> list[Message]:
             messages.append(inbox.get_nowait())
         except queue.Empty:
             return messages
-
-
-def _deadline(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout

@@ -1,0 +1,172 @@
+"""The public serving API of :class:`AsyncFunctionRunner`, written once.
+
+``_serving_sync.py`` is generated from this file by ``scripts/unasync.py`` (as httpcore
+generates its sync code): edit this file, then run ``python scripts/unasync.py``; CI
+fails when the generated file is stale. What differs between the drivers (threads or
+tasks, how they wait) lives in the primitives they implement.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import time
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+
+from .._client import AsyncClient
+from ..types import Turn
+from ._base import RunnerBase, RunnerError, TurnInput, Until, input_event, left, turn_result
+from ._core import Mode, Serve
+from ._effects import PostOutcome, PostResults, ReadSession, SessionOutcome
+from ._output import check_output_format
+from ._pump import captured
+from ._report import ServeReport, TurnOutputT, TurnResult
+from ._signals import on_shutdown_signal
+
+__all__ = ["AsyncServing"]
+
+
+class AsyncServing(RunnerBase, abc.ABC):
+    """``serve``, ``run_turn`` and ``recover``, and the requests the runner makes."""
+
+    client: AsyncClient
+
+    async def serve(
+        self, session_id: str, *, until: Until = "idle", timeout: float | None = None
+    ) -> ServeReport:
+        """Serve the Session's calls until it is idle or failed with nothing pending
+        (``until="forever"``: until :meth:`stop`, SIGINT or SIGTERM).
+
+        Raises :class:`~openagentcore.runner.ServeTimeout` (a ``TimeoutError`` carrying
+        the report) when ``timeout`` passes first. However it ends, functions still
+        running finish in the background, and their results are saved and posted.
+        """
+        serve = self._attach(session_id, until)
+        signals = (
+            on_shutdown_signal(self._stop_from_signal)
+            if until == "forever"
+            else contextlib.nullcontext()
+        )
+        try:
+            with signals:
+                async with self._reader(serve):
+                    await self._wait(serve, _deadline(timeout), interruptible=until == "idle")
+        finally:
+            self._detach(serve)
+        return serve.report
+
+    async def run_turn(
+        self,
+        session_id: str,
+        input: TurnInput,
+        *,
+        output_type: type[TurnOutputT] | None = None,
+        timeout: float | None = None,
+    ) -> TurnResult[TurnOutputT]:
+        """Send ``input``, serve the calls of the Turn it starts, and return its outcome.
+
+        Subscribes before sending, so no event of the Turn is missed. With
+        ``output_type`` (a pydantic model or any type pydantic validates), the answer is
+        parsed into :attr:`TurnResult.output`.
+        """
+        deadline = _deadline(timeout)
+        if output_type is not None:
+            session = await self.client.sessions.retrieve(session_id, **left(deadline))
+            check_output_format(session.agent.text, output_type)
+        serve = self._attach(session_id, "connected")
+        try:
+            async with self._reader(serve):
+                await self._wait(serve, deadline, interruptible=False)
+                reconnects = serve.report.reconnects  # before the input is sent
+                await self.client.sessions.events.create(
+                    session_id, events=[input_event(input)], **left(deadline)
+                )
+                # The Turn is created in the same transaction that admits the input.
+                latest = await self.client.sessions.turns.list(
+                    session_id, order="desc", limit=1, **left(deadline)
+                )
+                if not latest.data:
+                    raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
+                self._follow_turn(serve, latest.data[0], reconnects)
+                await self._wait(serve, deadline, interruptible=True)
+        finally:
+            self._detach(serve)
+        items: Sequence[object] | None = serve.streamed_answer()
+        if items is None:
+            listed = self.client.sessions.items.list(session_id, order="asc", **left(deadline))
+            items = [item async for item in listed]
+        return turn_result(serve, items, output_type)
+
+    async def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
+        """One reconciliation pass: resubmit saved results, settle calls in doubt, run
+        new pending calls, then return without following the stream."""
+        serve = self._attach(session_id, "once")
+        try:
+            await self._wait(serve, _deadline(timeout), interruptible=True)
+        finally:
+            self._detach(serve)
+        return serve.report
+
+    def stop(self, *, force: bool = False) -> None:
+        """Ask the serves running now to finish their in-flight calls and return.
+
+        With ``force=True`` the running functions are cancelled instead of awaited:
+        coroutine functions get ``CancelledError``, plain ones see ``ctx.cancelled``;
+        a function that stops that way gets a failed "cancelled" result, not "in doubt".
+
+        Serves started later are not affected. Safe to call from another thread.
+        """
+        self._send_stop(force)
+
+    # -- the requests effects make ------------------------------------------------------
+
+    async def _post(self, effect: PostResults) -> PostOutcome:
+        with captured() as answer:
+            await self.client.sessions.events.create(**effect.batch.request)
+        return PostOutcome(effect.batch, answer.error)
+
+    async def _read(self, effect: ReadSession) -> SessionOutcome:
+        sessions, turn_id = self.client.sessions, effect.turn_id
+        session = turn = None
+        with captured() as answer:
+            session = await sessions.retrieve(effect.session_id)
+            if turn_id is not None:
+                turn = await sessions.turns.retrieve(turn_id, session_id=effect.session_id)
+        return SessionOutcome(effect.session_id, session, turn, answer.error)
+
+    # -- what each driver provides --------------------------------------------------------
+
+    @abc.abstractmethod
+    def _attach(self, session_id: str, until: Mode) -> Serve:
+        """Attach a serve to the core (starting the pump if need be)."""
+
+    @abc.abstractmethod
+    def _detach(self, serve: Serve) -> None:
+        """The serve ended, however it ended."""
+
+    @abc.abstractmethod
+    def _reader(self, serve: Serve) -> AbstractAsyncContextManager[None]:
+        """Follow the serve's live stream while the block runs."""
+
+    @abc.abstractmethod
+    async def _wait(self, serve: Serve, deadline: float | None, *, interruptible: bool) -> None:
+        """Wait for the pump's verdict on ``serve``; past ``deadline``, raise
+        :class:`ServeTimeout` after a grace. ``interruptible``: the first Ctrl-C lets
+        running calls finish, the second exits (where the driver sees Ctrl-C)."""
+
+    @abc.abstractmethod
+    def _follow_turn(self, serve: Serve, turn: Turn, reconnects: int) -> None:
+        """Point a connected serve at the Turn its input started."""
+
+    @abc.abstractmethod
+    def _send_stop(self, force: bool) -> None:
+        """Tell the pump to stop the serves attached now."""
+
+    @abc.abstractmethod
+    def _stop_from_signal(self) -> None:
+        """``stop()`` from a signal handler."""
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
