@@ -270,7 +270,8 @@ class CallObserver:
             for record in effect.batch.records:
                 # A saved result resubmitted after a restart starts its call's span here.
                 tracked = self._track(record.key, record.function_name)
-                posts.append((record.key, self._child(tracked, "post_result", record.key)))
+                if tracked.span is not None:
+                    posts.append((record.key, self._child(tracked, "post_result", record.key)))
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -279,7 +280,7 @@ class CallObserver:
         if tracked is None:
             tracked = self._calls[key] = _Tracked(function_name)
             if self._tracer is not None:
-                tracked.span = self._tracer.start_span(
+                span = self._tracer.start_span(
                     f"execute_tool {function_name}",
                     kind=otel_trace.SpanKind.INTERNAL,
                     attributes={
@@ -291,8 +292,12 @@ class CallObserver:
                         "openagentcore.turn_id": key.turn_id,
                     },
                 )
-                if key in self._doubted:
-                    tracked.span.set_attribute("openagentcore.call.in_doubt", True)
+                # Without an OpenTelemetry SDK the span records nothing: skip the
+                # child spans and attributes a call would otherwise cost.
+                if span.is_recording():
+                    tracked.span = span
+                    if key in self._doubted:
+                        span.set_attribute("openagentcore.call.in_doubt", True)
         return tracked
 
     def _child(self, tracked: _Tracked, name: str, key: CallKey) -> Any:
