@@ -241,6 +241,25 @@ def test_failing_hooks_still_send_the_generic_error(
     assert result["error"] == INTERNAL_ERROR
 
 
+@pytest.mark.parametrize("formatted", ["declined \x00", 402], ids=["nul-in-text", "an-int"])
+def test_error_text_the_server_would_refuse_becomes_the_generic_error(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, formatted: object
+) -> None:
+    """An ``error_formatter`` that returns something the server refuses would leave the
+    call pending for good; the generic text goes instead."""
+    _, result = serve_one(
+        make_core,
+        make_harness,
+        _pay,
+        {"card": "4242"},
+        flavour,
+        error_formatter=lambda error: formatted,
+    )
+
+    assert result["success"] is False
+    assert result["error"] == INTERNAL_ERROR
+
+
 SKU_SCHEMA = {
     "type": "object",
     "properties": {"sku": {"type": "string"}, "count": {"type": "integer"}},
@@ -366,3 +385,46 @@ def test_an_output_too_large_for_the_server_fails_the_call_instead_of_sticking(
         assert result["error"] == INTERNAL_ERROR
         (error,) = seen
         assert "512 KiB" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("nul \x00 byte", "U+0000"),
+        ([{"type": "input_image", "image_url": "https://example.com/cat.png"}], "output[0]"),
+        ([{"type": "input_image", "image_url": "data:image/gif;base64,R0lGOD"}], "output[0]"),
+        ([{"type": "input_text", "text": "a", "extra": 1}], "output[0]"),
+    ],
+    ids=["nul-in-text", "remote-image", "gif-image", "extra-member"],
+)
+def test_an_output_the_server_would_refuse_fails_the_call_instead_of_sticking(
+    make_core: MakeCore,
+    make_harness: MakeHarness,
+    flavour: Flavour,
+    value: object,
+    named: str,
+) -> None:
+    """A refused result never consumes the call: posted as is, it would leave the call
+    pending (and the Turn waiting) for good. The runner checks the result as the server
+    does, and the model gets a failed result it can act on instead."""
+    seen: list[BaseException] = []
+
+    def render() -> object:
+        """Render something the server will not take."""
+        return value
+
+    applied, result = serve_one(
+        make_core,
+        make_harness,
+        render,
+        {},
+        flavour,
+        on_error=lambda key, error: seen.append(error),
+    )
+
+    assert result["success"] is False
+    assert result["error"] == INTERNAL_ERROR
+    assert applied.output is not None
+    assert applied.output.status == "failed"
+    (error,) = seen
+    assert named in str(error)

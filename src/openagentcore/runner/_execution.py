@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._admission import check_tool_result_content
 from ._context import CallContext, run_with_context, run_with_context_async
 from ._core import ErrorHook
 from ._effects import FunctionOutcome, RunFunction
@@ -115,8 +116,10 @@ def _failed(run: RunFunction, exc: Exception, hooks: Hooks) -> FunctionOutcome:
     if hooks.error_formatter is not None:
         try:
             text = hooks.error_formatter(exc)
+            check_tool_result_content(None, text, success=False)
         except Exception:
-            logger.exception("error_formatter raised; sending the generic error text")
+            logger.exception("error_formatter failed; sending the generic error text")
+            text = INTERNAL_ERROR
     return FunctionOutcome(run.key, failure_event(run.key, text))
 
 

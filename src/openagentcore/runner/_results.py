@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from .._admission import check_tool_result_content
 from ..store import CallKey
 from ._json import encode_output
 
@@ -60,12 +61,14 @@ def success_event(key: CallKey, value: object) -> dict[str, Any]:
     """``output`` from a return value: ``str`` as is, content parts as parts, anything
     else as JSON text; ``None`` leaves ``output`` out.
 
-    Raises ``ValueError`` for an output the server would refuse for its size: a saved
-    result is never replaced, so a refused one would leave the call pending forever.
+    Raises ``ValueError`` for an output the server would refuse (its size, NUL
+    characters, images that are not inline PNG or JPEG, malformed parts): a saved result
+    is never replaced, so a refused one would leave the call pending forever.
     """
     event = _base(key, True)
     if value is not None:
         event["output"] = encode_output(value)
+        check_tool_result_content(event["output"], success=True)
     # Measured as the server measures stored input: compact JSON, non-ASCII escaped.
     # encode_output has refused NaN, Infinity and lone surrogates in the output; ids the
     # store cannot hold are its to refuse. One encoding, for the size, per result.
