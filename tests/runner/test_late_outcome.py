@@ -108,26 +108,38 @@ def _assert_nothing_sent_changed(
     assert (applied.output.id, applied.output.error) == (output_id, TIMED_OUT)
 
 
-def test_a_late_result_is_kept_for_the_operator_and_the_sent_failure_stays(
-    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, store: ResultStore
-) -> None:
-    harness = make_harness(make_core(scenario=one_turn([FunctionCall("export", {})])), store=store)
+def _finish_late(
+    harness: Harness, store: ResultStore, flavour: Flavour, finish: Callable[[], str]
+) -> tuple[CallRecord, dict[str, Any]]:
+    """Let ``export`` time out, then finish with ``finish()``; check that nothing sent
+    changed, and return the record as it was before and the late outcome kept."""
     release = threading.Event()
-    _register_overrunning(harness, flavour, release, lambda: "exported late")
+    _register_overrunning(harness, flavour, release, finish)
     session_id = harness.create_session()
     before, output_id = _timed_out_record(harness, store, session_id)
 
     release.set()
     after = _wait_for_late_outcome(store, before)
 
-    assert after.late_outcome == {
-        "type": "agent.session.input.tool_result",
-        "turn_id": before.key.turn_id,
-        "call_id": before.key.call_id,
-        "success": True,
-        "output": "exported late",
-    }
     _assert_nothing_sent_changed(harness, session_id, before, after, output_id)
+    assert after.late_outcome is not None
+    return before, after.late_outcome
+
+
+def _event(record: CallRecord, **fields: object) -> dict[str, object]:
+    key = record.key
+    tool_result = "agent.session.input.tool_result"
+    return {"type": tool_result, "turn_id": key.turn_id, "call_id": key.call_id, **fields}
+
+
+def test_a_late_result_is_kept_for_the_operator_and_the_sent_failure_stays(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, store: ResultStore
+) -> None:
+    harness = make_harness(make_core(scenario=one_turn([FunctionCall("export", {})])), store=store)
+
+    before, late = _finish_late(harness, store, flavour, lambda: "exported late")
+
+    assert late == _event(before, success=True, output="exported late")
 
 
 def test_a_late_failure_is_kept_too(
@@ -135,22 +147,13 @@ def test_a_late_failure_is_kept_too(
 ) -> None:
     store = MemoryResultStore()
     harness = make_harness(make_core(scenario=one_turn([FunctionCall("export", {})])), store=store)
-    release = threading.Event()
 
     def fail() -> str:
         raise RuntimeError("the export server went away")
 
-    _register_overrunning(harness, flavour, release, fail)
-    session_id = harness.create_session()
-    before, output_id = _timed_out_record(harness, store, session_id)
+    before, late = _finish_late(harness, store, flavour, fail)
 
-    release.set()
-    after = _wait_for_late_outcome(store, before)
-
-    late: dict[str, Any] | None = after.late_outcome
-    assert late is not None
-    assert (late["success"], late["error"]) == (False, INTERNAL_ERROR)
-    _assert_nothing_sent_changed(harness, session_id, before, after, output_id)
+    assert late == _event(before, success=False, error=INTERNAL_ERROR)
 
 
 def test_a_function_that_exits_after_its_timeout_leaves_a_note_of_it(
@@ -162,29 +165,16 @@ def test_a_function_that_exits_after_its_timeout_leaves_a_note_of_it(
     harness = Harness(
         make_core(scenario=one_turn([FunctionCall("export", {})])), "sync", store=store
     )
-    release = threading.Event()
 
     def exit_worker() -> str:
         raise SystemExit("the function ended its worker")
 
     try:
-        _register_overrunning(harness, "def", release, exit_worker)
-        session_id = harness.create_session()
-        before, output_id = _timed_out_record(harness, store, session_id)
-
-        release.set()
-        after = _wait_for_late_outcome(store, before)
-
-        assert after.late_outcome == {
-            "type": "agent.session.input.tool_result",
-            "turn_id": before.key.turn_id,
-            "call_id": before.key.call_id,
-            "success": False,
-            "error": ENDED_WITHOUT_RESULT,
-        }
-        _assert_nothing_sent_changed(harness, session_id, before, after, output_id)
+        before, late = _finish_late(harness, store, "def", exit_worker)
     finally:
         harness.close()
+
+    assert late == _event(before, success=False, error=ENDED_WITHOUT_RESULT)
 
 
 class _NoLateOutcomes(MemoryResultStore):
