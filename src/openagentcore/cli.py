@@ -526,7 +526,8 @@ def _iso(timestamp: float) -> str:
 
 def _record_json(record: CallRecord, *, in_doubt: bool) -> dict[str, object]:
     """``in_doubt``: whether the call is in doubt now (marked so, or started without a
-    result by an owner that is gone); ``in_doubt_at``/``settled_by`` keep its history."""
+    result by an owner that is gone); ``in_doubt_at``/``settled_by`` keep its history.
+    ``late_outcome``: what the function produced after its timeout (never sent)."""
     return {
         "session_id": record.key.session_id,
         "turn_id": record.key.turn_id,
@@ -543,6 +544,8 @@ def _record_json(record: CallRecord, *, in_doubt: bool) -> dict[str, object]:
         "in_doubt_at": None if record.in_doubt_at is None else _iso(record.in_doubt_at),
         "settled_by": record.settled_by,
         "result": record.result,
+        "late_outcome": record.late_outcome,
+        "late_at": None if record.late_at is None else _iso(record.late_at),
     }
 
 
@@ -581,6 +584,9 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             note = "  (in doubt: its owner is gone)"
         elif record.settled_by is not None:
             note = f"  (was in doubt; settled by {record.settled_by})"
+        if record.late_outcome is not None:
+            how = "succeeded" if record.late_outcome.get("success") is True else "failed"
+            note += f"  (finished after its timeout: {how}; see calls show)"
         print(
             f"{_when(record.updated_at):19}  {record.state.value:9}  {record.attempts:>5}  "
             f"{record.function_name[:24]:24}  {record.key.session_id} / {record.key.call_id}"

@@ -8,7 +8,8 @@ scheduler that delivers every answer after a seeded delay. Faults: store outages
 commits whose answer is an error, slow acknowledgements, lost POST responses, 5xx,
 redirects, transient and final 409s, calls announced before they accept results,
 dropped and duplicated stream events, cancelled Turns, functions that exit without a
-result, ``on_in_doubt`` hooks that raise, and workers killed at any effect boundary.
+result, ``on_in_doubt`` hooks that raise, functions that finish after their timeout,
+and workers killed at any effect boundary.
 
 Afterwards :meth:`World.check` asserts the runner's promises.
 """
@@ -64,7 +65,7 @@ from openagentcore.runner._pump import (
     run_round,
 )
 from openagentcore.runner._registry import FunctionRegistry, describe_function
-from openagentcore.runner._results import IN_DOUBT_ERROR
+from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
 from openagentcore.store import (
     CallKey,
     MemoryResultStore,
@@ -173,6 +174,9 @@ class World:
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = Faults.draw(self.rng)
+        #: The functions' ``timeout``, drawn apart so that seeds without one replay the
+        #: histories they had before timeouts were simulated.
+        self.timeout = random.Random(f"timeout {seed}").choice((None, None, 0.05, 0.15))
         self.now = 0.0
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
@@ -404,6 +408,8 @@ class World:
                         raise Violation(f"seed {self.seed}: unrecordable {call_id} ran")
                     continue
                 record = self.store.get(call.key)
+                if record is not None and record.late_outcome is not None:
+                    self._check_late(call, runs, record.late_outcome)
                 if accepted is None:
                     if call_id in session.pending and call.key not in reported:
                         raise Violation(
@@ -429,6 +435,16 @@ class World:
                         f"{record.attempts} attempts"
                     )
 
+    def _check_late(self, call: _ServerCall, runs: int, late: dict[str, Any]) -> None:
+        """A late outcome is what a function that ran past its timeout produced."""
+        produced = late.get("success") is True and late.get("output", "").startswith(call.name)
+        ended = late.get("success") is False and late.get("error") == ENDED_WITHOUT_RESULT
+        if self.timeout is None or runs < 1 or not (produced or ended):
+            raise Violation(
+                f"seed {self.seed}: {call.key.call_id} (timeout {self.timeout}, {runs} runs) "
+                f"kept a late outcome its function did not produce: {late}"
+            )
+
 
 class SimWorker:
     """One runner process: the real core, driven the way the real drivers drive it."""
@@ -439,8 +455,13 @@ class SimWorker:
         self.final = final
         self.alive = True
         registry = FunctionRegistry()
-        registry.add(describe_function(self._effect("charge"), name="charge"))
-        registry.add(describe_function(self._effect("reserve"), name="reserve", idempotent=True))
+        timeout = world.timeout
+        registry.add(describe_function(self._effect("charge"), name="charge", timeout=timeout))
+        registry.add(
+            describe_function(
+                self._effect("reserve"), name="reserve", idempotent=True, timeout=timeout
+            )
+        )
         hook_style = world.rng.choice(("none", "none", "raises", "result"))
         self.hook: Callable[[InDoubtCall], InDoubtDecision] | None = {
             "none": None,

@@ -19,6 +19,7 @@ from openagentcore.store import (
     ResultStore,
     SQLiteResultStore,
 )
+from openagentcore.store._sql import MIGRATIONS
 
 from ._support import FakeClock, dead_owner
 
@@ -144,10 +145,11 @@ def test_a_version_2_sqlite_file_gains_the_columns_and_keeps_its_rows(tmp_path: 
     path = tmp_path / "calls.db"
     with SQLiteResultStore(path) as store:
         _claim(store)
-    # Back to version 2, as an older openagentcore left it.
+    # Back to version 2, as an older openagentcore left it: without the columns of
+    # versions 3 and 4.
     with closing(sqlite3.connect(path)) as connection, connection:
-        connection.execute("ALTER TABLE openagentcore_calls DROP COLUMN in_doubt_at")
-        connection.execute("ALTER TABLE openagentcore_calls DROP COLUMN settled_by")
+        for column in ("in_doubt_at", "settled_by", "late_outcome", "late_at"):
+            connection.execute(f"ALTER TABLE openagentcore_calls DROP COLUMN {column}")
         connection.execute("PRAGMA user_version = 2")
 
     with SQLiteResultStore(path) as store:
@@ -159,4 +161,4 @@ def test_a_version_2_sqlite_file_gains_the_columns_and_keeps_its_rows(tmp_path: 
         assert doubted is not None
         assert doubted.in_doubt_at is not None
     with closing(sqlite3.connect(path)) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone() == (3,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (MIGRATIONS[-1].version,)

@@ -63,6 +63,7 @@ from ._effects import (
     Effect,
     FunctionOutcome,
     InDoubtAnswer,
+    KeepLateOutcome,
     Lookup,
     LookupResult,
     MarkInDoubt,
@@ -82,7 +83,13 @@ from ._effects import (
 )
 from ._registry import FunctionRegistry, RegisteredFunction
 from ._report import ServeReport
-from ._results import IN_DOUBT_ERROR, failure_event, success_event, timeout_error
+from ._results import (
+    ENDED_WITHOUT_RESULT,
+    IN_DOUBT_ERROR,
+    failure_event,
+    success_event,
+    timeout_error,
+)
 
 __all__ = [
     "Call",
@@ -712,6 +719,16 @@ class RunnerCore:
         if isinstance(effect, RenewLeases):
             self._on_renewed(answer, now)
             return
+        if isinstance(effect, KeepLateOutcome):
+            if answer.error is not None:
+                # Best effort: the outcome is in the log already, and nothing sent or
+                # to be sent depends on it, so it is not written again.
+                logger.warning(
+                    "Could not keep the late outcome of call %s in the result store: %s",
+                    effect.key.call_id,
+                    answer.error,
+                )
+            return
         call = self.calls.get(effect.key)
         if call is None or call.phase is not _ANSWERED_IN[type(effect)]:
             if isinstance(answer.value, Claim) and answer.value.won:
@@ -924,7 +941,8 @@ class RunnerCore:
 
     def _time_out(self, now: float) -> None:
         """Fail calls whose function runs past its ``timeout``. The function is asked to
-        stop; whatever it returns later changes nothing (it is only logged)."""
+        stop; whatever it returns later changes nothing sent (it is logged, and kept in
+        the store beside the record for the operator)."""
         for call in list(self._watch.values()):
             if call.phase is not Phase.RUNNING or call.deadline is None or call.deadline > now:
                 continue
@@ -945,11 +963,16 @@ class RunnerCore:
         if outcome.key in self._overrunning:
             self._running_by_name[self._overrunning.pop(outcome.key)] -= 1
             self._running -= 1
+            late = outcome.event
+            if late is None:
+                late = failure_event(outcome.key, ENDED_WITHOUT_RESULT)
             logger.warning(
-                "Call %s finished after its timeout; its late outcome was not sent: %s",
+                "Call %s finished after its timeout; its late outcome was not sent, and is "
+                "kept in the result store: %s",
                 outcome.key.call_id,
-                outcome.event,
+                late,
             )
+            self._effects.append(KeepLateOutcome(outcome.key, late))
             return
         call = self.calls.get(outcome.key)
         if call is None or call.phase is not Phase.RUNNING:

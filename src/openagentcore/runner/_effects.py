@@ -27,6 +27,7 @@ __all__ = [
     "Effect",
     "FunctionOutcome",
     "InDoubtAnswer",
+    "KeepLateOutcome",
     "Lookup",
     "LookupResult",
     "Note",
@@ -106,6 +107,15 @@ class SaveResult:
 
 
 @dataclass(frozen=True, slots=True)
+class KeepLateOutcome:
+    """Keep what a function produced after its timeout beside its record, for the
+    operator; the saved result (what the model got) stays."""
+
+    key: CallKey
+    outcome: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class WriteMarks:
     """Progress marks (submitted, applied, abandoned, rejected), in one transaction."""
 
@@ -122,7 +132,15 @@ class RenewLeases:
 
 
 StoreEffect = (
-    ClaimCall | TakeOver | MarkInDoubt | Release | Lookup | SaveResult | WriteMarks | RenewLeases
+    ClaimCall
+    | TakeOver
+    | MarkInDoubt
+    | Release
+    | Lookup
+    | SaveResult
+    | KeepLateOutcome
+    | WriteMarks
+    | RenewLeases
 )
 
 
@@ -352,6 +370,8 @@ def _store_call(
         return LookupResult(record, record is not None and store.is_stale(record))
     if isinstance(effect, SaveResult):
         return store.save_result(effect.key, effect.event, owner=effect.owner)
+    if isinstance(effect, KeepLateOutcome):
+        return store.keep_late_outcome(effect.key, effect.outcome)
     if isinstance(effect, WriteMarks):
         store.mark_many(effect.changes)
         return None

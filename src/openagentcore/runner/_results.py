@@ -17,6 +17,7 @@ from ._json import encode_output
 
 __all__ = [
     "CANCELLED_ERROR",
+    "ENDED_WITHOUT_RESULT",
     "IN_DOUBT_ERROR",
     "INTERNAL_ERROR",
     "ErrorFormatter",
@@ -38,6 +39,12 @@ IN_DOUBT_ERROR = (
 
 #: Sent for a call whose function was cancelled (its Turn was cancelled) before it ended.
 CANCELLED_ERROR = "The call was cancelled before it finished."
+
+#: Kept as the late outcome of a call that ran past its timeout and then ended without a
+#: result (``SystemExit`` or the like): nothing says whether its effect happened.
+ENDED_WITHOUT_RESULT = (
+    "The function ended without a result after its timeout; its effect may have happened."
+)
 
 #: The contract's limit on the stored input of one ``events.create`` request.
 MAX_RESULT_BYTES = 512 * 1024

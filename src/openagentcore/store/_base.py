@@ -75,6 +75,17 @@ class StoreBase(abc.ABC):
     def mark(self, key: CallKey, state: CallState) -> None:
         self._update(key, lambda current, now: _rules.mark(current, state, now=now))
 
+    def keep_late_outcome(self, key: CallKey, outcome: Mapping[str, Any]) -> CallRecord:
+        text = _rules.encode_late_outcome(outcome)
+        kept = _rules.decode_result(text)
+        assert kept is not None
+        record, _ = self._update(
+            key,
+            lambda current, now: _rules.keep_late_outcome(current, kept, now=now),
+            late_outcome_text=text,
+        )
+        return record
+
     def mark_in_doubt(self, key: CallKey, *, owner: str, expected_attempts: int) -> bool:
         _, changed = self._update(
             key,
@@ -129,10 +140,12 @@ class StoreBase(abc.ABC):
         decide: Callable[[CallRecord, float], _rules.Decision],
         *,
         result_text: str | None = None,
+        late_outcome_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
         """Atomically read ``key``'s record, let ``decide`` compute its next version
         (``None``: no change; ``_rules.DELETE``: delete it) and store it; returns the
-        record now stored (the old one if deleted) and whether anything changed. Raises
+        record now stored (the old one if deleted) and whether anything changed. The
+        texts are stored for a record that has no result or late outcome yet. Raises
         ``UnknownCallError`` if missing."""
 
     @abc.abstractmethod

@@ -111,6 +111,7 @@ class MemoryResultStore(StoreBase):
         decide: Callable[[CallRecord, float], _rules.Decision],
         *,
         result_text: str | None = None,
+        late_outcome_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
         with self._lock:
             rows = self._open_rows()
@@ -124,6 +125,12 @@ class MemoryResultStore(StoreBase):
             if isinstance(updated, _rules.Delete):
                 del rows[key]
                 return current, True
-            stored_text = row[6] if row[6] is not None else result_text
-            rows[key] = _rules.record_to_row(updated, stored_text)
+            stored_text = _first(row[_rules.RESULT_INDEX], result_text)
+            late_text = _first(row[_rules.LATE_OUTCOME_INDEX], late_outcome_text)
+            rows[key] = _rules.record_to_row(updated, stored_text, late_text)
             return updated, True
+
+
+def _first(stored: str | None, given: str | None) -> str | None:
+    """A text once stored is never replaced."""
+    return stored if stored is not None else given

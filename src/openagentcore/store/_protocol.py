@@ -72,6 +72,18 @@ class ResultStore(Protocol):
         """
         ...
 
+    def keep_late_outcome(self, key: CallKey, outcome: Mapping[str, Any]) -> CallRecord:
+        """Keep what a function produced after its ``timeout`` had failed the call (the
+        ``tool_result`` event it would have sent) as ``record.late_outcome``, with the
+        store's time as ``late_at``, for the operator.
+
+        Changes nothing else a runner relies on: not the state, the saved result, the
+        idempotency key, the owner or the lease. The first late outcome kept stays. Never
+        fails on content: what strict JSON cannot hold is kept as readable text. Raises
+        ``UnknownCallError`` when there is no record.
+        """
+        ...
+
     def mark(self, key: CallKey, state: CallState) -> None:
         """Move a call to ``SUBMITTED``, ``APPLIED``, ``REJECTED``, ``ABANDONED`` or
         ``IN_DOUBT``.

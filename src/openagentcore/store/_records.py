@@ -93,6 +93,12 @@ class CallRecord:
     #: How a call in doubt was settled: ``rerun`` (run again), ``failed`` or ``result``
     #: (a runner's policy), ``manual:output`` or ``manual:failed`` (``calls resolve``).
     settled_by: str | None = None
+    #: What the function produced after its ``timeout`` had failed the call: the
+    #: ``tool_result`` event it would have sent (a failed one if it raised), never sent.
+    #: Kept for the operator; ``result`` stays what the model got.
+    late_outcome: dict[str, Any] | None = None
+    #: Unix seconds when the late outcome was kept.
+    late_at: float | None = None
 
     def has_result(self) -> bool:
         """Whether a result was saved, so it can be (re)submitted without running again."""

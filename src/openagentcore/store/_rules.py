@@ -3,12 +3,13 @@
 Each function takes the record as stored and returns the record to store instead, or
 ``None`` to leave it alone. The stores only add atomicity: they read, call one of these,
 and write back inside a lock or a transaction. Rows are tuples in :data:`COLUMNS` order,
-with the result kept as the JSON text first saved.
+with the result (and a late outcome) kept as the JSON text first saved.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -28,11 +29,15 @@ __all__ = [
     "COLUMNS",
     "Row",
     "decode_result",
+    "encode_late_outcome",
     "encode_result",
     "DELETE",
     "Decision",
     "Delete",
+    "LATE_OUTCOME_INDEX",
+    "RESULT_INDEX",
     "is_stale",
+    "keep_late_outcome",
     "mark",
     "mark_in_doubt",
     "record_from_row",
@@ -63,7 +68,16 @@ CLAIM_COLUMNS: tuple[str, ...] = (
     "updated_at",
 )
 #: Column order of a stored row; the SQL stores use these names for their columns.
-COLUMNS: tuple[str, ...] = (*CLAIM_COLUMNS, "in_doubt_at", "settled_by")
+COLUMNS: tuple[str, ...] = (
+    *CLAIM_COLUMNS,
+    "in_doubt_at",
+    "settled_by",
+    "late_outcome",
+    "late_at",
+)
+#: Where a row holds the JSON text of the result and of the late outcome.
+RESULT_INDEX = COLUMNS.index("result")
+LATE_OUTCOME_INDEX = COLUMNS.index("late_outcome")
 
 Row = tuple[Any, ...]
 
@@ -104,6 +118,84 @@ def encode_result(result: Mapping[str, Any]) -> str:
         ) from None
 
 
+#: The deepest nesting a late outcome keeps as is; anything deeper is replaced by a note.
+_LATE_OUTCOME_DEPTH = 64
+#: The longest description kept of a value JSON cannot hold.
+_DESCRIPTION_LIMIT = 1000
+
+
+def encode_late_outcome(outcome: Mapping[str, Any]) -> str:
+    """The JSON text of a late outcome to keep: strict JSON, valid UTF-8, whatever it holds.
+
+    A function's output can follow from the model's arguments, so this never fails on
+    content: a value JSON cannot hold (NaN, a lone surrogate, an object, nesting too deep,
+    an integer too long to print) is kept as readable text instead. Plain JSON is kept as is.
+    """
+    if not isinstance(outcome, Mapping):
+        raise TypeError(
+            f"a late outcome must be a mapping (a tool_result event), got {type(outcome)!r}"
+        )
+    try:
+        text = json.dumps(dict(outcome), ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")  # refuses lone surrogates, which no database stores
+    except (TypeError, ValueError, RecursionError):
+        text = json.dumps(_storable(outcome), ensure_ascii=False, allow_nan=False)
+    return text
+
+
+def _storable(value: object) -> Any:
+    """A copy of ``value`` that strict JSON holds, built without recursion."""
+    root: list[Any] = [None]
+    stack: list[tuple[object, Any, Any, int]] = [(value, root, 0, 0)]
+    while stack:
+        item, parent, slot, depth = stack.pop()
+        if not isinstance(item, (Mapping, list, tuple)):
+            parent[slot] = _storable_leaf(item)
+        elif depth >= _LATE_OUTCOME_DEPTH:
+            parent[slot] = f"(nested deeper than {_LATE_OUTCOME_DEPTH} levels; not kept)"
+        elif isinstance(item, Mapping):
+            members: dict[str, Any] = {}
+            for name, member in item.items():
+                text = _clean_text(name if isinstance(name, str) else _describe(name))
+                members[text] = None  # keeps the order; filled in from the stack
+                stack.append((member, members, text, depth + 1))
+            parent[slot] = members
+        else:
+            elements: list[Any] = [None] * len(item)
+            stack.extend((member, elements, index, depth + 1) for index, member in enumerate(item))
+            parent[slot] = elements
+    return root[0]
+
+
+def _storable_leaf(item: object) -> Any:
+    if item is None or isinstance(item, bool):
+        return item
+    if isinstance(item, str):
+        return _clean_text(item)
+    if isinstance(item, int):
+        try:
+            int.__repr__(item)  # what json.dumps calls; too many digits raise
+        except ValueError:
+            return f"(an integer of {item.bit_length()} bits; not kept)"
+        return int(item)
+    if isinstance(item, float):
+        return float(item) if math.isfinite(item) else repr(float(item))
+    return _clean_text(_describe(item))
+
+
+def _describe(item: object) -> str:
+    try:
+        text = repr(item)
+    except Exception:
+        text = f"<{type(item).__name__}>"
+    return text[:_DESCRIPTION_LIMIT]
+
+
+def _clean_text(text: str) -> str:
+    """``text`` with each lone surrogate spelled as its escape, ``\\udc80``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def decode_result(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
@@ -111,7 +203,9 @@ def decode_result(text: str | None) -> dict[str, Any] | None:
     return decoded
 
 
-def record_to_row(record: CallRecord, result_text: str | None) -> Row:
+def record_to_row(
+    record: CallRecord, result_text: str | None, late_outcome_text: str | None = None
+) -> Row:
     key = record.key
     return (
         key.session_id,
@@ -129,6 +223,8 @@ def record_to_row(record: CallRecord, result_text: str | None) -> Row:
         record.updated_at,
         record.in_doubt_at,
         record.settled_by,
+        late_outcome_text,
+        record.late_at,
     )
 
 
@@ -148,6 +244,8 @@ def record_from_row(row: Sequence[Any]) -> CallRecord:
         updated_at=float(row[12]),
         in_doubt_at=None if row[13] is None else float(row[13]),
         settled_by=row[14],
+        late_outcome=decode_result(row[15]),
+        late_at=None if row[16] is None else float(row[16]),
     )
 
 
@@ -323,6 +421,17 @@ def release(record: CallRecord, *, owner: str, now: float) -> CallRecord | Delet
         in_doubt_at=_first_doubt(record, now),
         settled_by=None,
     )
+
+
+def keep_late_outcome(
+    record: CallRecord, outcome: dict[str, Any], *, now: float
+) -> CallRecord | None:
+    """Keep what the function produced after its timeout had failed the call. The first
+    one kept stays; nothing the runner relies on changes: not the state, the result, the
+    owner or the lease."""
+    if record.late_outcome is not None:
+        return None
+    return replace(record, late_outcome=outcome, late_at=now, updated_at=now)
 
 
 def settle_by_hand(

@@ -120,6 +120,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             for dialect in ("sqlite", "postgres")
         },
     ),
+    Migration(
+        4,
+        "keep what a function produced after its timeout",
+        (
+            "ALTER TABLE {table} ADD COLUMN late_outcome TEXT",
+            "ALTER TABLE {table} ADD COLUMN late_at DOUBLE PRECISION",
+        ),
+    ),
 )
 
 _KEY_MATCH = "session_id = ? AND turn_id = ? AND call_id = ?"
@@ -175,11 +183,12 @@ class SQLResultStore(StoreBase):
         )
         self._get_for_update_sql = self._get_with_now_sql + self._row_lock_clause
         self._now_only_sql = self._sql(f"SELECT {now}")
-        # COALESCE keeps the first saved result even if a caller's rules were wrong.
+        # COALESCE keeps the first saved result (and late outcome) even if a caller's
+        # rules were wrong.
         self._update_sql = self._sql(
             f"UPDATE {table} SET state = ?, attempts = ?, owner = ?, lease_expires_at = ?, "
-            f"updated_at = ?, in_doubt_at = ?, settled_by = ?, result = COALESCE(result, ?) "
-            f"WHERE {_KEY_MATCH}"
+            f"updated_at = ?, in_doubt_at = ?, settled_by = ?, result = COALESCE(result, ?), "
+            f"late_outcome = COALESCE(late_outcome, ?), late_at = ? WHERE {_KEY_MATCH}"
         )
         self._delete_sql = self._sql(f"DELETE FROM {table} WHERE {_KEY_MATCH}")
         prunable = ", ".join("?" for _ in PRUNABLE_STATES)
@@ -321,8 +330,11 @@ class SQLResultStore(StoreBase):
         decide: Callable[[CallRecord, float], _rules.Decision],
         *,
         result_text: str | None = None,
+        late_outcome_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
-        return self._write(lambda tx: self._update_in(tx, key, decide, result_text))
+        return self._write(
+            lambda tx: self._update_in(tx, key, decide, result_text, late_outcome_text)
+        )
 
     def _update_in(
         self,
@@ -330,6 +342,7 @@ class SQLResultStore(StoreBase):
         key: CallKey,
         decide: Callable[[CallRecord, float], _rules.Decision],
         result_text: str | None = None,
+        late_outcome_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
         """Read the row and the time under a lock, let ``decide`` compute its next
         version, write it."""
@@ -354,6 +367,8 @@ class SQLResultStore(StoreBase):
                 updated.in_doubt_at,
                 updated.settled_by,
                 result_text,
+                late_outcome_text,
+                updated.late_at,
                 *_key_params(key),
             ),
         )
