@@ -827,8 +827,17 @@ async def _sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+#: Types ``dump_json`` returns as they are, checked first: most of a body is made of them.
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def dump_json(value: Any) -> Any:
     """Turn pydantic models (wire models keep field presence) and containers into JSON."""
+    kind = type(value)
+    if kind in _JSON_SCALARS:
+        return value
+    if kind is dict:
+        return {str(k): dump_json(v) for k, v in value.items()}
     from .types import WireModel
 
     if isinstance(value, WireModel):
