@@ -2,6 +2,7 @@
 
     python bench/client_overhead.py                  # 2,000 calls of each kind
     python bench/client_overhead.py --calls 5000 --rounds 5 --output overhead.json
+    python bench/client_overhead.py --instructions --calls 30 --events 300   # ~15 min
 
 Against the emulator in a process of its own (so this process's CPU time is the
 client's alone), it measures, per call:
@@ -22,6 +23,12 @@ bare ``iter_lines`` + ``json.loads`` loop; the figure is events parsed per CPU s
 
 Contenders run in rounds, interleaved, so a burst of load from other processes on a
 shared machine hits all of them. Trust CPU time over wall time, and several runs over one.
+
+``--instructions`` counts instructions per call (per event for streams) with valgrind's
+callgrind instead: each contender runs in a child process under valgrind with ``n`` and
+``3n`` calls, and startup cancels out of the difference. The count does not move with the
+machine's load (two runs agree to within 1%), so it can compare two versions of the
+client run at different times, e.g. with ``PYTHONPATH=<other checkout>/src``.
 """
 
 from __future__ import annotations
@@ -30,11 +37,14 @@ import argparse
 import asyncio
 import gc
 import json
+import re
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +85,22 @@ class Fixture:
     @property
     def session_path(self) -> str:
         return f"agents/sessions/{self.session_id}"
+
+    def to_json(self) -> str:
+        fields = asdict(self)
+        fields["stream_chunks"] = [chunk.decode("latin-1") for chunk in self.stream_chunks]
+        return json.dumps(fields)
+
+    @classmethod
+    def from_json(cls, text: str) -> Fixture:
+        fields = json.loads(text)
+        fields["stream_chunks"] = [chunk.encode("latin-1") for chunk in fields["stream_chunks"]]
+        return cls(**fields)
+
+    @property
+    def events_per_turn(self) -> int:
+        """Events in the recorded stream (frames with data)."""
+        return sum(1 for chunk in self.stream_chunks if b"\ndata:" in b"\n" + chunk)
 
     def bare_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}", "OpenAI-Beta": "agents=v1"}
@@ -218,7 +244,7 @@ def measure_requests(fixture: Fixture, calls: int, rounds: int) -> dict[str, dic
 
     async def run_async() -> None:
         async_calls, close_async = async_contenders(fixture)
-        for operation, by_name in async_calls.items():
+        for by_name in async_calls.values():
             for call in by_name.values():
                 await time_async(call, warmup, Samples())
         for round_number in range(rounds):
@@ -284,8 +310,7 @@ async def _sdk_parse_async(response: httpx.Response) -> int:
 
 def measure_streams(fixture: Fixture, events: int, rounds: int) -> dict[str, list[float]]:
     """Events parsed per CPU second, one figure per round and contender."""
-    per_turn = sum(1 for chunk in fixture.stream_chunks if b"\ndata:" in b"\n" + chunk)
-    chunks = fixture.stream_chunks * max(1, events // max(per_turn, 1))
+    chunks = fixture.stream_chunks * max(1, events // fixture.events_per_turn)
     rates: dict[str, list[float]] = {"sdk sync": [], "sdk async": [], "bare iter_lines": []}
 
     def timed(name: str, parse: Callable[[], int]) -> None:
@@ -333,27 +358,138 @@ def report(requests: dict[str, dict[str, Samples]], streams: dict[str, list[floa
     return "\n".join(lines)
 
 
+# -- instructions, counted by valgrind ----------------------------------------------------
+
+STREAM = "event stream"
+
+
+def run_child(config: dict[str, Any]) -> None:
+    """Make ``count`` calls of one contender after a warm-up (for the stream, parse the
+    recorded Turn ``count`` times over)."""
+    fixture = Fixture.from_json(config["fixture"])
+    operation, name, count = config["operation"], config["contender"], config["count"]
+    if operation == STREAM:
+        parse = {"sdk sync": _sdk_parse, "bare iter_lines": _bare_parse}
+        chunks = fixture.stream_chunks * count
+        if name == "sdk async":
+            asyncio.run(_sdk_parse_async(_stream_response(chunks, asynchronous=True)))
+        else:
+            parse[name](_stream_response(chunks, asynchronous=False))
+        return
+    if "async" in name:
+
+        async def run_async() -> None:
+            calls, close = async_contenders(fixture)
+            for _ in range(count + 20):
+                await calls[operation][name]()
+            await close()
+
+        asyncio.run(run_async())
+        return
+    calls, close = sync_contenders(fixture)
+    for _ in range(count + 20):
+        calls[operation][name]()
+    close()
+
+
+def _instructions(config: dict[str, Any]) -> int:
+    done = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--child",
+            json.dumps(config),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"valgrind printed no instruction count:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def count_instructions(fixture: Fixture, calls: int, events: int) -> dict[str, dict[str, float]]:
+    """Instructions per call (or per event), counted by valgrind's callgrind: the same
+    on a loaded machine as on an idle one. Each contender runs twice in a child process,
+    with ``n`` and ``3n`` calls; startup and imports cancel out of the difference."""
+    plan = {
+        "events.create": ["sdk sync", "httpx sync", "sdk async", "httpx async"],
+        "sessions.retrieve": ["sdk sync", "httpx sync", "sdk async", "httpx async"],
+        STREAM: ["sdk sync", "sdk async", "bare iter_lines"],
+    }
+    counts: dict[str, dict[str, float]] = {}
+    for operation, names in plan.items():
+        if operation == STREAM:
+            n = max(1, events // fixture.events_per_turn)
+            units = 2 * n * fixture.events_per_turn
+        else:
+            n, units = calls, 2 * calls
+        for name in names:
+            config = {"fixture": fixture.to_json(), "operation": operation, "contender": name}
+            small = _instructions({**config, "count": n})
+            large = _instructions({**config, "count": 3 * n})
+            counts.setdefault(operation, {})[name] = (large - small) / units
+            figure = counts[operation][name]
+            print(f"  {operation} / {name}: {figure:,.0f} instructions", flush=True)
+    return counts
+
+
+def report_instructions(counts: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "| operation | contender | instructions per call (per event for streams) | ÷ bare |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for operation, by_name in counts.items():
+        for name, count in by_name.items():
+            bare = (
+                {"sync": "httpx sync", "async": "httpx async"}[name.split()[-1]]
+                if (operation != STREAM)
+                else "bare iter_lines"
+            )
+            lines.append(f"| {operation} | {name} | {count:,.0f} | {count / by_name[bare]:.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000, help="calls per contender and kind")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds")
     parser.add_argument("--events", type=int, default=20000, help="stream events per round")
     parser.add_argument("--output", type=Path, help="write the raw figures as JSON here")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions with valgrind instead (slow: --calls 200 --events 2000 is plenty)",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child is not None:
+        run_child(json.loads(args.child))
+        return
     scenario = {"turns": 1, "steps": 1, "calls_per_step": 1}
+    raw: dict[str, Any] = {}
     with Emulator(scenario) as emulator:
         fixture = prepare(emulator)
-        requests = measure_requests(fixture, args.calls, args.rounds)
-    streams = measure_streams(fixture, args.events, args.rounds)
-    print(report(requests, streams))
-    if args.output is not None:
-        raw = {
-            "requests": {
-                op: {name: {"wall": s.wall, "cpu": s.cpu} for name, s in by_name.items()}
-                for op, by_name in requests.items()
-            },
-            "streams": streams,
+        if args.instructions:
+            raw["instructions"] = count_instructions(fixture, args.calls, args.events)
+        else:
+            requests = measure_requests(fixture, args.calls, args.rounds)
+    if args.instructions:
+        print(report_instructions(raw["instructions"]))
+    else:
+        streams = measure_streams(fixture, args.events, args.rounds)
+        print(report(requests, streams))
+        raw["requests"] = {
+            op: {name: {"wall": s.wall, "cpu": s.cpu} for name, s in by_name.items()}
+            for op, by_name in requests.items()
         }
+        raw["streams"] = streams
+    if args.output is not None:
         args.output.write_text(json.dumps(raw))
 
 
