@@ -27,7 +27,7 @@ shared machine hits all of them. Trust CPU time over wall time, and several runs
 ``--instructions`` counts instructions per call (per event for streams) with valgrind's
 callgrind instead: each contender runs in a child process under valgrind with ``n`` and
 ``3n`` calls, and startup cancels out of the difference. The count does not move with the
-machine's load (two runs agree to within 1%), so it can compare two versions of the
+machine's load (two runs agree to within 2%), so it can compare two versions of the
 client run at different times, e.g. with ``PYTHONPATH=<other checkout>/src``.
 """
 
