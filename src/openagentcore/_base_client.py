@@ -7,7 +7,7 @@ never logged and the API key lives in a private attribute that no repr shows.
 When the SDK built its HTTP clients itself, a request goes straight to their transport:
 ``httpx.Client.build_request`` and ``send`` would merge a base URL, parameters and
 headers that never change, run an auth flow and event hooks that are empty, and read
-every response for cookies; that cost as much CPU as the wire protocol itself. What
+every response for cookies, which cost nearly as much CPU as the HTTP protocol. What
 ``send`` does that matters is done here (cookies kept when a server sets them, the
 response's ``elapsed``, httpx's log line, refusing a closed client). A client passed in
 as ``http_client`` always goes through ``send``, with whatever it was configured with.
@@ -405,6 +405,7 @@ class _ClientCore:
 
     @staticmethod
     def _check_open(http: _HTTPClient) -> None:
+        """Refuse to send on a closed client, as ``httpx.Client.send`` does."""
         if http.is_closed:
             raise RuntimeError("Cannot send a request, as the client has been closed.")
 
