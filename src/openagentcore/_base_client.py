@@ -3,6 +3,14 @@
 ``_ClientCore`` holds every decision (headers, idempotency keys, URL, how to read an
 answer); ``SyncTransport`` and ``AsyncTransport`` only do the I/O. Request headers are
 never logged and the API key lives in a private attribute that no repr shows.
+
+When the SDK built its HTTP clients itself, a request goes straight to their transport:
+``httpx.Client.build_request`` and ``send`` would merge a base URL, parameters and
+headers that never change, run an auth flow and event hooks that are empty, and read
+every response for cookies, which cost nearly as much CPU as the HTTP protocol. What
+``send`` does that matters is done here (cookies kept when a server sets them, the
+response's ``elapsed``, httpx's log line, refusing a closed client). A client passed in
+as ``http_client`` always goes through ``send``, with whatever it was configured with.
 """
 
 from __future__ import annotations
@@ -15,14 +23,14 @@ import dataclasses
 import functools
 import logging
 import os
+import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
 import pydantic
-import tenacity
 
 from ._errors import (
     APIError,
@@ -34,8 +42,14 @@ from ._errors import (
     status_error,
 )
 from ._limits import ResponseLimits, load_json
-from ._network import deadline, new_async_http_client, new_sync_http_client
-from ._retry import RetryPolicy
+from ._network import (
+    AsyncHTTPTransport,
+    SyncHTTPTransport,
+    deadline,
+    new_async_http_client,
+    new_sync_http_client,
+)
+from ._retry import Attempts, RetryPolicy
 
 __all__ = [
     "API_KEY_ENV",
@@ -75,6 +89,8 @@ _BETA_HEADER = ("OpenAI-Beta", "agents=v1")
 STREAM_SETTINGS = "openagentcore.stream_settings"
 
 logger = logging.getLogger("openagentcore")
+#: httpx's logger: requests sent past ``httpx.Client.send`` are logged there all the same.
+_httpx_logger = logging.getLogger("httpx")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +167,10 @@ def check_idempotency_key(key: str) -> str:
     return key
 
 
+#: Either kind of HTTP client: the parts of a request's life that touch one only read it.
+_HTTPClient = httpx.Client | httpx.AsyncClient
+
+
 class _ClientCore:
     """Configuration and the pure parts of a request's life."""
 
@@ -196,6 +216,8 @@ class _ClientCore:
         self.retry_policy = retry_policy or RetryPolicy(max_retries=max_retries)
         self.response_limits = response_limits or ResponseLimits()
         self._default_headers = dict(default_headers or {})
+        #: ``_fixed_headers`` merged over the HTTP client's, by ``stream``.
+        self._merged_fixed: dict[bool, httpx.Headers] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={str(self.display_url)!r})"
@@ -220,6 +242,7 @@ class _ClientCore:
         """
         clone = copy.copy(self)
         clone._owns_http = False
+        clone._merged_fixed = {}
         if timeout is not None:
             clone.timeout = _as_timeout(timeout)
         if retry_policy is not None:
@@ -233,17 +256,46 @@ class _ClientCore:
         return clone
 
     def _headers(self, options: RequestOptions, idempotency_key: str | None) -> dict[str, str]:
-        from . import __version__
-
         headers = {
-            "Authorization": f"Bearer {self.__api_key}",
-            _BETA_HEADER[0]: _BETA_HEADER[1],
-            "Accept": "text/event-stream" if options.stream else "application/json",
-            "User-Agent": f"openagentcore-python/{__version__}",
-            **self._default_headers,
+            **self._fixed_headers(options.stream),
             **options.headers,
             **(options.extra_headers or {}),
         }
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        return headers
+
+    def _fixed_headers(self, stream: bool) -> dict[str, str]:
+        """The headers every request of this client (or every stream) sends."""
+        from . import __version__
+
+        return {
+            "Authorization": f"Bearer {self.__api_key}",
+            _BETA_HEADER[0]: _BETA_HEADER[1],
+            "Accept": "text/event-stream" if stream else "application/json",
+            "User-Agent": f"openagentcore-python/{__version__}",
+            **self._default_headers,
+        }
+
+    def _merged_headers(
+        self, options: RequestOptions, idempotency_key: str | None, http: _HTTPClient
+    ) -> httpx.Headers:
+        """What ``http.build_request`` makes of :meth:`_headers`: ``http``'s headers
+        updated with them. Without per-call headers the merge is done once per client."""
+        merged = self._merged_fixed.get(options.stream)
+        if merged is None:
+            merged = httpx.Headers(http.headers)
+            merged.update(self._fixed_headers(options.stream))
+            self._merged_fixed[options.stream] = merged
+        if (
+            options.headers
+            or options.extra_headers
+            or (idempotency_key is not None and "idempotency-key" in merged)
+        ):
+            headers = httpx.Headers(http.headers)
+            headers.update(self._headers(options, idempotency_key))
+            return headers
+        headers = httpx.Headers(merged)
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
         return headers
@@ -283,29 +335,79 @@ class _ClientCore:
             return self.retry_policy
         return dataclasses.replace(self.retry_policy, max_retries=options.max_retries)
 
-    def _build_kwargs(self, options: RequestOptions) -> dict[str, Any]:
+    def _new_request(
+        self, options: RequestOptions, http: _HTTPClient, *, direct: bool
+    ) -> httpx.Request:
+        """The request for ``options``, as ``http.build_request`` builds it. For the
+        SDK's own clients (``direct``) it is built without ``build_request``, whose
+        merging of the client's URL, headers, cookies and parameters would redo work
+        whose result never changes: those clients have no base URL, no parameters and
+        fixed headers, so only their cookies are merged (when they hold any)."""
         params = _clean_params(options.params)
         if options.extra_query:
             params = {**(params or {}), **options.extra_query}
-        kwargs: dict[str, Any] = {
-            "method": options.method,
-            "url": self._url(options.path),
-            "params": params,
-            "headers": self._headers(options, self._idempotency_key(options)),
-            "timeout": self._timeout(options),
-        }
-        if options.has_body or options.extra_body:
-            payload = options.body if options.has_body else {}
-            if options.extra_body:
-                if not isinstance(payload, Mapping):
-                    raise TypeError("extra_body needs a request whose body is a JSON object")
-                payload = {**payload, **dump_json(options.extra_body)}
-            kwargs["json"] = payload
-        return kwargs
+        url = self._url(options.path)
+        key = self._idempotency_key(options)
+        timeout = self._timeout(options)
+        payload = self._payload(options)
+        if not direct:
+            headers = self._headers(options, key)
+            return http.build_request(
+                options.method, url, params=params, headers=headers, timeout=timeout, json=payload
+            )
+        return httpx.Request(
+            options.method,
+            url,
+            params=params,
+            headers=self._merged_headers(options, key, http),
+            cookies=http.cookies,
+            json=payload,
+            extensions={"timeout": timeout.as_dict()},
+        )
 
-    def _retrying(self, options: RequestOptions, request: httpx.Request) -> dict[str, Any]:
+    def _payload(self, options: RequestOptions) -> Any:
+        """The JSON body, or ``None`` for none."""
+        if not (options.has_body or options.extra_body):
+            return None
+        payload = options.body if options.has_body else {}
+        if options.extra_body:
+            if not isinstance(payload, Mapping):
+                raise TypeError("extra_body needs a request whose body is a JSON object")
+            payload = {**payload, **dump_json(options.extra_body)}
+        return payload
+
+    def _attempts(self, options: RequestOptions, request: httpx.Request) -> Attempts:
         replayable = options.method != "POST" or options.keyed
-        return self._policy(options).tenacity_kwargs(request, replayable=replayable)
+        return Attempts(self._policy(options), request, replayable=replayable)
+
+    def _direct_eligible(self) -> bool:
+        """Whether requests may skip ``httpx.Client.send`` when the SDK built the HTTP
+        clients: not with user info in the base URL, for which httpx sends Basic auth."""
+        return not self.base_url.userinfo
+
+    @staticmethod
+    def _received(http: _HTTPClient, response: httpx.Response) -> None:
+        """What ``httpx.Client.send`` does with a response that the SDK's transport
+        returned directly: keep its cookies (when it sets any) and log it on httpx's
+        logger. (A 3xx gets no ``next_request``: it is an error, never followed.)"""
+        if "set-cookie" in response.headers:
+            http.cookies.extract_cookies(response)
+        if _httpx_logger.isEnabledFor(logging.INFO):
+            request = response.request
+            _httpx_logger.info(
+                'HTTP Request: %s %s "%s %d %s"',
+                request.method,
+                request.url,
+                response.http_version,
+                response.status_code,
+                response.reason_phrase,
+            )
+
+    @staticmethod
+    def _check_open(http: _HTTPClient) -> None:
+        """Refuse to send on a closed client, as ``httpx.Client.send`` does."""
+        if http.is_closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
 
     def _too_large(self, response: httpx.Response) -> ResponseTooLargeError:
         limit = self.response_limits.max_body_bytes
@@ -374,6 +476,8 @@ class _ClientCore:
 
     @staticmethod
     def _log(response: httpx.Response) -> None:
+        if not logger.isEnabledFor(logging.DEBUG):
+            return
         logger.debug(
             "%s %s -> %s (request id %s)",
             response.request.method,
@@ -457,16 +561,22 @@ class SyncTransport(_ClientCore):
             response_limits=response_limits,
         )
         self._owns_http = http_client is None
+        #: The SDK's own transports, which requests go to directly (None: through
+        #: ``httpx.Client.send``, as for a client passed in).
+        self._direct: SyncHTTPTransport | None = None
+        self._stream_direct: SyncHTTPTransport | None = None
         if http_client is not None:
             self._http = self._stream_http = http_client
             return
         ssl_context = httpx.create_ssl_context()
-        self._http = new_sync_http_client(
+        self._http, direct = new_sync_http_client(
             timeout=self.timeout, limits=httpx.Limits(), ssl_context=ssl_context
         )
-        self._stream_http = new_sync_http_client(
+        self._stream_http, stream_direct = new_sync_http_client(
             timeout=self.timeout, limits=STREAM_CONNECTION_LIMITS, ssl_context=ssl_context
         )
+        if self._direct_eligible():
+            self._direct, self._stream_direct = direct, stream_direct
 
     def with_options(self, **changes: Any) -> SyncTransport:
         clone: SyncTransport = self._configured_copy(**changes)
@@ -474,24 +584,42 @@ class SyncTransport(_ClientCore):
 
     def request(self, options: RequestOptions, parse: Callable[[Any], T] | None) -> T | None:
         """Send with retries and read the whole answer within one deadline per attempt."""
-        request = self._http.build_request(**self._build_kwargs(options))
-        for attempt in tenacity.Retrying(**self._retrying(options, request)):
-            with attempt, deadline(self._deadline(options)):
+        request = self._new_request(options, self._http, direct=self._direct is not None)
+        seconds = self._deadline(options)
+
+        def attempt() -> tuple[httpx.Response, bytes]:
+            with deadline(seconds):
                 response = self._send_once(request, stream=False)
                 try:
-                    data = self._read(response)
+                    return response, self._read(response)
                 finally:
                     response.close()
+
+        response, data = self._retried(options, request, attempt)
         return None if parse is None else self._decode(response, data, parse)
 
     def send(self, options: RequestOptions) -> httpx.Response:
         """Send with retries; returns a successful streaming response."""
-        request = self._http.build_request(**self._build_kwargs(options))
-        for attempt in tenacity.Retrying(**self._retrying(options, request)):
-            with attempt, deadline(self._deadline(options)):
-                response = self._send_once(request, stream=True)
+        request = self._new_request(options, self._http, direct=self._stream_direct is not None)
+        seconds = self._deadline(options)
+
+        def attempt() -> httpx.Response:
+            with deadline(seconds):
+                return self._send_once(request, stream=True)
+
+        response = self._retried(options, request, attempt)
         response.extensions = {**response.extensions, STREAM_SETTINGS: self._stream_settings()}
         return response
+
+    def _retried(
+        self, options: RequestOptions, request: httpx.Request, attempt: Callable[[], T]
+    ) -> T:
+        attempts = self._attempts(options, request)
+        while True:
+            try:
+                return attempt()
+            except APIError as error:
+                time.sleep(attempts.wait_after(error))
 
     def _read(self, response: httpx.Response) -> bytes:
         limit = self.response_limits.max_body_bytes
@@ -507,8 +635,14 @@ class SyncTransport(_ClientCore):
 
     def _send_once(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
         http = self._stream_http if stream else self._http
+        direct = self._stream_direct if stream else self._direct
         try:
-            response = http.send(request, stream=True, follow_redirects=False)
+            if direct is None:
+                response = http.send(request, stream=True, follow_redirects=False)
+            else:
+                self._check_open(http)
+                response = direct.handle_request(request)
+                self._received(http, response)
         except httpx.TransportError as exc:
             raise _transport_error(exc, request) from exc
         self._log(response)
@@ -556,12 +690,15 @@ class AsyncTransport(_ClientCore):
         )
         self._owns_http = http_client is None
         self._request_slots: asyncio.Semaphore | None = None
+        #: As in :class:`SyncTransport`.
+        self._direct: AsyncHTTPTransport | None = None
+        self._stream_direct: AsyncHTTPTransport | None = None
         if http_client is not None:
             # A client passed in serves requests and streams alike, with its own limits.
             self._http = self._stream_http = http_client
             return
         ssl_context = httpx.create_ssl_context()  # the CA bundle, loaded once for both
-        self._http = new_async_http_client(
+        self._http, direct = new_async_http_client(
             timeout=self.timeout,
             limits=httpx.Limits(
                 max_connections=MAX_CONCURRENT_ASYNC_REQUESTS,
@@ -570,12 +707,14 @@ class AsyncTransport(_ClientCore):
             ssl_context=ssl_context,
             native_asyncio=native_asyncio,
         )
-        self._stream_http = new_async_http_client(
+        self._stream_http, stream_direct = new_async_http_client(
             timeout=self.timeout,
             limits=STREAM_CONNECTION_LIMITS,
             ssl_context=ssl_context,
             native_asyncio=native_asyncio,
         )
+        if self._direct_eligible():
+            self._direct, self._stream_direct = direct, stream_direct
         self._request_slots = asyncio.Semaphore(MAX_CONCURRENT_ASYNC_REQUESTS)
 
     def with_options(self, **changes: Any) -> AsyncTransport:
@@ -594,28 +733,45 @@ class AsyncTransport(_ClientCore):
 
     async def request(self, options: RequestOptions, parse: Callable[[Any], T] | None) -> T | None:
         """Send with retries and read the whole answer within one deadline per attempt."""
-        request = self._http.build_request(**self._build_kwargs(options))
-        async for attempt in tenacity.AsyncRetrying(**self._retrying(options, request)):
-            with attempt:
-                # The slot covers the connection until the body is read; the deadline
-                # starts once a slot is free, so queueing behind others does not count.
-                async with self._slot():
-                    with deadline(self._deadline(options)):
-                        response = await self._send_once(request, stream=False)
-                        try:
-                            data = await self._read(response)
-                        finally:
-                            await response.aclose()
+        request = self._new_request(options, self._http, direct=self._direct is not None)
+        seconds = self._deadline(options)
+
+        async def attempt() -> tuple[httpx.Response, bytes]:
+            # The slot covers the connection until the body is read; the deadline
+            # starts once a slot is free, so queueing behind others does not count.
+            async with self._slot():
+                with deadline(seconds):
+                    response = await self._send_once(request, stream=False)
+                    try:
+                        return response, await self._read(response)
+                    finally:
+                        await response.aclose()
+
+        response, data = await self._retried(options, request, attempt)
         return None if parse is None else self._decode(response, data, parse)
 
     async def send(self, options: RequestOptions) -> httpx.Response:
         """Send with retries; returns a successful streaming response."""
-        request = self._http.build_request(**self._build_kwargs(options))
-        async for attempt in tenacity.AsyncRetrying(**self._retrying(options, request)):
-            with attempt, deadline(self._deadline(options)):
-                response = await self._send_once(request, stream=True)
+        request = self._new_request(options, self._http, direct=self._stream_direct is not None)
+        seconds = self._deadline(options)
+
+        async def attempt() -> httpx.Response:
+            with deadline(seconds):
+                return await self._send_once(request, stream=True)
+
+        response = await self._retried(options, request, attempt)
         response.extensions = {**response.extensions, STREAM_SETTINGS: self._stream_settings()}
         return response
+
+    async def _retried(
+        self, options: RequestOptions, request: httpx.Request, attempt: Callable[[], Awaitable[T]]
+    ) -> T:
+        attempts = self._attempts(options, request)
+        while True:
+            try:
+                return await attempt()
+            except APIError as error:
+                await _sleep(attempts.wait_after(error))
 
     async def _read(self, response: httpx.Response) -> bytes:
         limit = self.response_limits.max_body_bytes
@@ -631,8 +787,14 @@ class AsyncTransport(_ClientCore):
 
     async def _send_once(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
         http = self._stream_http if stream else self._http
+        direct = self._stream_direct if stream else self._direct
         try:
-            response = await http.send(request, stream=True, follow_redirects=False)
+            if direct is None:
+                response = await http.send(request, stream=True, follow_redirects=False)
+            else:
+                self._check_open(http)
+                response = await direct.handle_async_request(request)
+                self._received(http, response)
         except httpx.TransportError as exc:
             raise _transport_error(exc, request) from exc
         self._log(response)
@@ -653,8 +815,30 @@ class AsyncTransport(_ClientCore):
             await self._stream_http.aclose()
 
 
+async def _sleep(seconds: float) -> None:
+    """Wait between attempts: with asyncio's sleep on asyncio (looked up when called,
+    as tenacity did), else with anyio's, which serves trio, the other loop httpx runs on."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        import anyio
+
+        await anyio.sleep(seconds)
+        return
+    await asyncio.sleep(seconds)
+
+
+#: Types ``dump_json`` returns as they are, checked first: most of a body is made of them.
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def dump_json(value: Any) -> Any:
     """Turn pydantic models (wire models keep field presence) and containers into JSON."""
+    kind = type(value)
+    if kind in _JSON_SCALARS:
+        return value
+    if kind is dict:
+        return {str(k): dump_json(v) for k, v in value.items()}
     from .types import WireModel
 
     if isinstance(value, WireModel):

@@ -11,7 +11,7 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["JSONTooDeepError", "ResponseLimits", "load_json"]
 
@@ -57,13 +57,26 @@ def load_json(data: bytes | str, max_depth: int) -> Any:
     Counting brackets is enough for almost every body; only one with more brackets than
     the limit is scanned for its real depth (outside strings), at C speed.
     """
+    if _reads_back_unchanged(data) and data.count("[") + data.count("{") <= max_depth:
+        return _parse(data)
     raw = data.encode() if isinstance(data, str) else data
     if raw.count(b"[") + raw.count(b"{") > max_depth:
         brackets = _JSON_STRING.sub(b"", raw).translate(None, delete=_NOT_BRACKETS)
         depth = max(itertools.accumulate(_BRACKET_DEPTH[b] for b in brackets), default=0)
         if depth > max_depth:
             raise JSONTooDeepError(f"JSON nested {depth} deep; the limit is {max_depth}")
+    return _parse(raw)
+
+
+def _reads_back_unchanged(data: bytes | str) -> TypeGuard[str]:
+    """Whether ``data`` is text that ``json.loads`` would read back unchanged from its
+    UTF-8 bytes, so the round trip through bytes can be skipped: ASCII (no byte order
+    mark), without the NUL among the first two bytes from which it guesses UTF-16/32."""
+    return isinstance(data, str) and data.isascii() and "\x00" not in data[:2]
+
+
+def _parse(data: bytes | str) -> Any:
     try:
-        return json.loads(raw)
+        return json.loads(data)
     except RecursionError as exc:  # only if max_depth was set above the stack's room
         raise JSONTooDeepError(f"JSON nested too deep to parse: {exc}") from exc

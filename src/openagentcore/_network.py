@@ -13,8 +13,9 @@ The transports here are built on public API only: an ``httpx`` transport over an
 so that a per-request deadline (see :func:`deadline`) bounds each connect, read and
 write: a server trickling one byte at a time cannot keep a request alive past it.
 
-Only the clients' own HTTP clients use them; an ``http_client`` passed in keeps
-whatever transport it was built with.
+Only the clients' own HTTP clients use them (and the clients send through them
+directly, see ``_base_client``); an ``http_client`` passed in keeps whatever transport
+it was built with.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import datetime
 import ssl
 import time
 import urllib.request
@@ -290,19 +292,31 @@ _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
-def deadline(seconds: float | None) -> Iterator[None]:
+class _Deadline:
+    """The context manager :func:`deadline` returns (a class: it is entered per request
+    and per stream read, where a generator-based one costs three times as much)."""
+
+    __slots__ = ("_seconds", "_token")
+
+    def __init__(self, seconds: float | None) -> None:
+        self._seconds = seconds
+
+    def __enter__(self) -> None:
+        seconds = self._seconds
+        self._token = _deadline.set(None if seconds is None else time.monotonic() + seconds)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _deadline.reset(self._token)
+
+
+def deadline(seconds: float | None) -> contextlib.AbstractContextManager[None]:
     """Bound every connect, read and write of our transports in this context to end
     within ``seconds`` from now (``None``: no bound beyond the per-operation timeouts).
 
     A context variable reaches the streams because httpcore does a request's I/O in
     the caller's thread or task.
     """
-    token = _deadline.set(None if seconds is None else time.monotonic() + seconds)
-    try:
-        yield
-    finally:
-        _deadline.reset(token)
+    return _Deadline(seconds)
 
 
 def _clamp(timeout: float | None, expired: type[httpcore.TimeoutException]) -> float | None:
@@ -462,16 +476,27 @@ _EXCEPTIONS: dict[type[Exception], type[httpx.TransportError]] = {
 }
 
 
-@contextlib.contextmanager
-def _httpx_errors(request: httpx.Request | None) -> Iterator[None]:
-    try:
-        yield
-    except Exception as exc:
+class _HTTPXErrors:
+    """Raises httpcore's exceptions as the httpx ones httpx's own transports raise
+    (a class: it is entered twice per request, where a generator costs more)."""
+
+    __slots__ = ("_request",)
+
+    def __init__(self, request: httpx.Request | None) -> None:
+        self._request = request
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if not isinstance(exc, Exception):
+            return
         for kind in type(exc).__mro__:
             mapped = _EXCEPTIONS.get(kind)
             if mapped is not None:
-                raise mapped(str(exc), request=request) from exc
-        raise
+                raise mapped(str(exc), request=self._request) from exc
 
 
 def _core_request(request: httpx.Request) -> httpcore.Request:
@@ -487,33 +512,65 @@ def _core_request(request: httpx.Request) -> httpcore.Request:
     )
 
 
-class _SyncBody(httpx.SyncByteStream):
-    def __init__(self, stream: Iterable[bytes], request: httpx.Request) -> None:
-        self._stream, self._request = stream, request
+class _Body:
+    """What both bodies share: the request their errors name, and the response whose
+    ``elapsed`` they record when closed, as httpx's client does for its transports (the
+    SDK may send through a transport directly)."""
+
+    def __init__(self, request: httpx.Request, started: float) -> None:
+        self._request = request
+        self._started = started
+        self.response: httpx.Response | None = None
+
+    def _record_elapsed(self) -> None:
+        if self.response is not None:
+            elapsed = time.perf_counter() - self._started
+            self.response.elapsed = datetime.timedelta(seconds=elapsed)
+
+
+class _SyncBody(_Body, httpx.SyncByteStream):
+    def __init__(self, stream: Iterable[bytes], request: httpx.Request, started: float) -> None:
+        super().__init__(request, started)
+        self._stream = stream
 
     def __iter__(self) -> Iterator[bytes]:
-        with _httpx_errors(self._request):
+        with _HTTPXErrors(self._request):
             yield from self._stream
 
     def close(self) -> None:
+        self._record_elapsed()
         close = getattr(self._stream, "close", None)
         if close is not None:
             close()
 
 
-class _AsyncBody(httpx.AsyncByteStream):
-    def __init__(self, stream: Any, request: httpx.Request) -> None:
-        self._stream, self._request = stream, request
+class _AsyncBody(_Body, httpx.AsyncByteStream):
+    def __init__(self, stream: Any, request: httpx.Request, started: float) -> None:
+        super().__init__(request, started)
+        self._stream = stream
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _httpx_errors(self._request):
+        with _HTTPXErrors(self._request):
             async for part in self._stream:
                 yield part
 
     async def aclose(self) -> None:
+        self._record_elapsed()
         aclose = getattr(self._stream, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _response(request: httpx.Request, answer: httpcore.Response, body: _Body) -> httpx.Response:
+    response = httpx.Response(
+        status_code=answer.status,
+        headers=answer.headers,
+        stream=cast(httpx.SyncByteStream | httpx.AsyncByteStream, body),
+        extensions=answer.extensions,
+        request=request,
+    )
+    body.response = response
+    return response
 
 
 def _pool_options(limits: httpx.Limits, ssl_context: ssl.SSLContext) -> dict[str, Any]:
@@ -535,14 +592,11 @@ class SyncHTTPTransport(httpx.BaseTransport):
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        with _httpx_errors(request):
-            response = self.pool.handle_request(_core_request(request))
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_SyncBody(cast(Iterable[bytes], response.stream), request),
-            extensions=response.extensions,
-        )
+        started = time.perf_counter()
+        with _HTTPXErrors(request):
+            answer = self.pool.handle_request(_core_request(request))
+        body = _SyncBody(cast(Iterable[bytes], answer.stream), request, started)
+        return _response(request, answer, body)
 
     def close(self) -> None:
         self.pool.close()
@@ -580,15 +634,11 @@ class AsyncHTTPTransport(httpx.AsyncBaseTransport):
         return self.pool
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        started = time.perf_counter()
         pool = self._pool_for_this_loop()
-        with _httpx_errors(request):
-            response = await pool.handle_async_request(_core_request(request))
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_AsyncBody(response.stream, request),
-            extensions=response.extensions,
-        )
+        with _HTTPXErrors(request):
+            answer = await pool.handle_async_request(_core_request(request))
+        return _response(request, answer, _AsyncBody(answer.stream, request, started))
 
     async def aclose(self) -> None:
         await self.pool.aclose()
@@ -614,24 +664,25 @@ def new_async_http_client(
     limits: httpx.Limits,
     ssl_context: ssl.SSLContext,
     native_asyncio: bool = True,
-) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` on :class:`AsyncHTTPTransport`.
+) -> tuple[httpx.AsyncClient, AsyncHTTPTransport | None]:
+    """An ``httpx.AsyncClient`` on :class:`AsyncHTTPTransport`, and that transport.
 
     httpx honours the ``HTTP(S)_PROXY`` variables only in transports it builds itself,
     so when one is set the client keeps httpx's own transport (and with it, only the
     per-operation timeouts: the whole-request deadline is not enforced while connecting
-    and reading headers).
+    and reading headers), and no transport is returned.
     """
     if environment_proxies():
-        return httpx.AsyncClient(timeout=timeout, limits=limits, verify=ssl_context)
+        return httpx.AsyncClient(timeout=timeout, limits=limits, verify=ssl_context), None
     transport = async_http_transport(limits, ssl_context, native_asyncio=native_asyncio)
-    return httpx.AsyncClient(timeout=timeout, transport=transport)
+    return httpx.AsyncClient(timeout=timeout, transport=transport), transport
 
 
 def new_sync_http_client(
     *, timeout: httpx.Timeout, limits: httpx.Limits, ssl_context: ssl.SSLContext
-) -> httpx.Client:
+) -> tuple[httpx.Client, SyncHTTPTransport | None]:
     """The blocking twin of :func:`new_async_http_client`."""
     if environment_proxies():
-        return httpx.Client(timeout=timeout, limits=limits, verify=ssl_context)
-    return httpx.Client(timeout=timeout, transport=SyncHTTPTransport(limits, ssl_context))
+        return httpx.Client(timeout=timeout, limits=limits, verify=ssl_context), None
+    transport = SyncHTTPTransport(limits, ssl_context)
+    return httpx.Client(timeout=timeout, transport=transport), transport

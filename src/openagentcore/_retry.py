@@ -1,7 +1,9 @@
 """When and how long to wait before retrying a request.
 
-The policy is pure decision (no I/O), so the sync and async transports share it and
-hand it to tenacity's ``Retrying`` / ``AsyncRetrying``.
+The policy is pure decision (no I/O): the sync and async transports share it through
+:class:`Attempts`, which their retry loops consult only once an attempt has failed, so
+a request that succeeds first time pays for no retry machinery. ``tenacity_kwargs``
+applies the same policy with tenacity, for callers who retry their own work.
 
 Retried: connection errors and timeouts, 408, 429 and every 5xx (503
 ``execution_unavailable`` included). Never retried: redirects, 409 and every other 4xx.
@@ -27,9 +29,9 @@ from typing import Any
 import httpx
 import tenacity
 
-from ._errors import APIConnectionError, APIStatusError
+from ._errors import APIConnectionError, APIError, APIStatusError
 
-__all__ = ["RetryPolicy", "retry_after_seconds"]
+__all__ = ["Attempts", "RetryPolicy", "retry_after_seconds"]
 
 logger = logging.getLogger("openagentcore")
 
@@ -122,6 +124,39 @@ class RetryPolicy:
             "stop": tenacity.stop_after_attempt(self.max_retries + 1),
             "reraise": True,
         }
+
+
+class Attempts:
+    """The retry decisions of one logical call, made the way ``tenacity_kwargs`` makes
+    them: retry when the policy says so, wait as it says, and log each retry."""
+
+    __slots__ = ("_number", "_policy", "_replayable", "_request")
+
+    def __init__(self, policy: RetryPolicy, request: httpx.Request, *, replayable: bool) -> None:
+        self._policy = policy
+        self._request = request
+        self._replayable = replayable
+        self._number = 1
+
+    def wait_after(self, error: APIError) -> float:
+        """Seconds to wait before the next attempt, now that this one raised ``error``;
+        re-raises ``error`` when it is not worth retrying or no attempt is left."""
+        policy = self._policy
+        if (
+            not policy.should_retry(error, self._request, replayable=self._replayable)
+            or self._number > policy.max_retries
+        ):
+            raise error
+        wait = policy.delay(error, self._number)
+        logger.info(
+            "Retrying %s %s in %.2fs after %s",
+            self._request.method,
+            self._request.url.path,
+            wait,
+            _describe(error),
+        )
+        self._number += 1
+        return wait
 
 
 def _describe(error: BaseException | None) -> str:

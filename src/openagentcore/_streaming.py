@@ -47,6 +47,7 @@ __all__ = ["AsyncCreationEventStream", "AsyncEventStream", "CreationEventStream"
 
 _INTERRUPTED = "stream_interrupted"
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_COLON = ord(":")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,21 +74,41 @@ class _SSEParser:
         self._unscanned = 0
 
     def feed(self, chunk: bytes) -> tuple[list[_Frame], bool]:
-        self._buffer += chunk
-        frames: list[_Frame] = []
-        ended = False
-        start = 0
         buffer = self._buffer
-        # The bytes before _unscanned hold no line end (bar a trailing CR): a long line
-        # arriving in many chunks is scanned once, not once per chunk.
-        search_at = self._unscanned
+        buffer += chunk
+        lines, consumed = self._complete_lines()
+        del buffer[:consumed]
+        # The bytes left hold no line end (bar a trailing CR): a long line arriving in
+        # many chunks is scanned once, not once per chunk.
+        self._unscanned = max(len(buffer) - 1, 0)
+        frames, ended = self._take(lines)
+        if self._size + len(buffer) > self._limit:
+            raise ValueError(f"an event is larger than {self._limit} bytes")
+        return frames, ended
+
+    def _complete_lines(self) -> tuple[list[bytearray], int]:
+        """The complete lines in the buffer (without their line ends), and how many of
+        its bytes they span."""
+        buffer, search_at = self._buffer, self._unscanned
+        if buffer.find(b"\r", search_at) < 0:
+            # Only LF line ends (what servers send): split at C speed.
+            end = buffer.rfind(b"\n", search_at)
+            return (buffer[:end].split(b"\n"), end + 1) if end >= 0 else ([], 0)
+        lines: list[bytearray] = []
+        start = 0
         while True:
             match = _LINE_END.search(buffer, search_at)
             # A lone CR at the end may be the first half of CRLF: wait for more.
             if match is None or (match.group() == b"\r" and match.end() == len(buffer)):
-                break
-            line = bytes(buffer[start : match.start()])
+                return lines, start
+            lines.append(buffer[start : match.start()])
             start = search_at = match.end()
+
+    def _take(self, lines: list[bytearray]) -> tuple[list[_Frame], bool]:
+        """Apply complete lines: fields gather, a blank line ends a frame."""
+        frames: list[_Frame] = []
+        ended = False
+        for line in lines:
             if not line:
                 ended = True
                 if self._data:
@@ -95,24 +116,17 @@ class _SSEParser:
                 self._event, self._data, self._size = "", [], 0
                 continue
             self._size += len(line)
-            self._field(line.decode("utf-8", errors="replace"))
-        del buffer[:start]
-        self._unscanned = max(len(buffer) - 1, 0)
-        if self._size + len(buffer) > self._limit:
-            raise ValueError(f"an event is larger than {self._limit} bytes")
+            if line[0] == _COLON:  # a comment
+                continue
+            name, _, value = line.decode("utf-8", errors="replace").partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "data":
+                self._data.append(value)
+            elif name == "event":
+                self._event = value
+            # id and retry only matter to a reconnecting EventSource; this stream never
+            # replays, so they are accepted and ignored, as are unknown fields.
         return frames, ended
-
-    def _field(self, line: str) -> None:
-        if line.startswith(":"):
-            return
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
-            self._event = value
-        # id and retry only matter to a reconnecting EventSource; this stream never
-        # replays, so they are accepted and ignored, as are unknown fields.
 
 
 def _settings(response: httpx.Response) -> StreamSettings:

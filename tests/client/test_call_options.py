@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import socket
 from typing import Any
 
 import httpx
@@ -234,6 +235,26 @@ async def test_the_deadline_holds_under_trio() -> None:
         ) as client:
             with pytest.raises(APITimeoutError):
                 await client.sessions.retrieve("se_1")
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_retries_wait_under_trio() -> None:
+    """The wait between attempts is trio's own under trio (asyncio's sleep needs an
+    asyncio loop): a 503 is retried and the retry succeeds."""
+
+    def unavailable_then_ok(
+        conn: socket.socket, request: hostile.Request, server: hostile.HostileServer
+    ) -> None:
+        first = len(server.requests) == 1
+        body = b"{}" if first else json.dumps(SESSION).encode()
+        conn.sendall(hostile.response_bytes(503 if first else 200, body))
+
+    policy = RetryPolicy(max_retries=1, initial_delay=0.01)
+    with hostile.serving(unavailable_then_ok) as server:
+        async with AsyncClient(api_key=API_KEY, base_url=server.url, retry_policy=policy) as client:
+            session = await client.sessions.retrieve("se_1")
+    assert session.id == SESSION["id"]
+    assert len(server.requests) == 2
 
 
 async def test_the_asyncio_backend_can_be_turned_off() -> None:

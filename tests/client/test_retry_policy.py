@@ -10,11 +10,12 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
+import tenacity
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openagentcore._errors import APIConnectionError, APITimeoutError, status_error
-from openagentcore._retry import RetryPolicy, retry_after_seconds
+from openagentcore._errors import APIConnectionError, APIError, APITimeoutError, status_error
+from openagentcore._retry import Attempts, RetryPolicy, _is_replayable, retry_after_seconds
 
 URL = "https://api.test/v1/agents/sessions"
 waits = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False)
@@ -161,3 +162,58 @@ def test_should_retry(
     request = httpx.Request(method, URL, headers=headers)
 
     assert RetryPolicy().should_retry(error, request) is retried
+
+
+def _waits_with_tenacity(
+    policy: RetryPolicy, request: httpx.Request, errors: list[Exception]
+) -> tuple[list[float], BaseException]:
+    """Waits tenacity takes, with ``tenacity_kwargs``, before raising; and what it raised."""
+    waits: list[float] = []
+    failures = iter(errors)
+    retrying = tenacity.Retrying(sleep=waits.append, **policy.tenacity_kwargs(request))
+    try:
+        for attempt in retrying:
+            with attempt:
+                raise next(failures)
+    except APIError as given_up:
+        return waits, given_up
+    raise AssertionError("tenacity never gave up")
+
+
+def _waits_with_attempts(
+    policy: RetryPolicy, request: httpx.Request, errors: list[Exception]
+) -> tuple[list[float], BaseException]:
+    """The same, with the transports' :class:`Attempts`."""
+    waits: list[float] = []
+    attempts = Attempts(policy, request, replayable=_is_replayable(request))
+    for error in errors:
+        assert isinstance(error, APIError)
+        try:
+            waits.append(attempts.wait_after(error))
+        except APIError as given_up:
+            return waits, given_up
+    raise AssertionError("Attempts never gave up")
+
+
+@pytest.mark.parametrize(
+    ("method", "statuses", "max_retries"),
+    [
+        ("GET", [503, 502, 500, 503], 2),
+        ("GET", [503, 404], 5),
+        ("GET", [429], 0),
+        ("POST", [503, 503], 3),
+        ("POST", [429, 429, 409], 4),
+    ],
+)
+def test_attempts_decide_as_tenacity_kwargs_do(
+    method: str, statuses: list[int], max_retries: int
+) -> None:
+    """The transports retry with :class:`Attempts`; ``tenacity_kwargs`` remains for
+    callers who retry with tenacity: both apply one policy the same way."""
+    request = httpx.Request(method, URL)
+    policy = RetryPolicy(max_retries=max_retries)
+    errors = [failed(status, **{"retry-after": str(n + 1)}) for n, status in enumerate(statuses)]
+
+    assert _waits_with_tenacity(policy, request, errors) == _waits_with_attempts(
+        policy, request, errors
+    )
