@@ -427,13 +427,18 @@ class RunnerCore:
     def detach(self, serve: Serve, now: float) -> None:
         """The serve ended, however it ended. Running functions go on and their results
         are saved and posted in the background; claims nobody will run are released."""
-        self.serves.pop(serve.id, None)
+        was_attached = self.serves.pop(serve.id, None) is not None
         attached = self._serves_by_session.get(serve.session_id, {})
         attached.pop(serve.id, None)
         if not attached:
             self._serves_by_session.pop(serve.session_id, None)
         self._release_unrun(serve.session_id, now)
         view = self._view(serve.session_id)
+        if was_attached and serve.connected and attached:
+            # Its stream's last snapshot may be older than one another stream brought
+            # (each stream keeps its own order, not the others'), and no later event of
+            # that stream will correct it: the serves left read the Session again.
+            self._want_read(view, now)
         if not self._serves_of(serve.session_id):
             for call in list(view.calls.values()):
                 if call.phase is Phase.DONE:
