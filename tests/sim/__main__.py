@@ -1,4 +1,4 @@
-"""Soak the runner core in the simulator: ``python -m tests.sim --seeds 10000``.
+"""Soak the runner in the simulator: ``python -m tests.sim --seeds 10000``.
 
 Every failing seed is printed with a one-line command that replays exactly its history.
 """

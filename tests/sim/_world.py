@@ -1,96 +1,46 @@
-"""A deterministic world for the runner core: one seed replays a whole faulty history.
+"""A deterministic world for the runner: one seed replays a whole faulty history.
 
-The real :class:`RunnerCore`, the drivers' shared logic (``feed``, ``judge``,
-``perform_store``, ``ask_in_doubt``, ``call_sync``) and the real store rules
-(:class:`MemoryResultStore`) run against a simulated server (the contract's
-required-actions and result table, the live stream), a simulated clock and a
-scheduler that delivers every answer after a seeded delay. Faults: store outages,
-commits whose answer is an error, slow acknowledgements, lost POST responses, 5xx,
-redirects, transient and final 409s, calls announced before they accept results,
-dropped and duplicated stream events, cancelled Turns, functions that exit without a
-result, ``on_in_doubt`` hooks that raise, functions that finish after their timeout,
-and workers killed at any effect boundary.
+Each worker is a real runner (``AsyncServing``: ``serve``, ``run_turn``, ``recover``,
+the requests effects make, the shared ``run_round`` and ``carry``, the real
+:class:`RunnerCore` and the real store rules of :class:`MemoryResultStore`) whose
+coroutines are stepped on a simulated clock (:mod:`._tasks`), against a simulated
+server (:mod:`._server`) that delivers every answer after a seeded delay. Some workers
+serve Sessions until idle (or recover them), others drive Turns with ``run_turn``.
+
+Faults: store outages, commits whose answer is an error, slow acknowledgements, lost
+POST responses, 5xx, redirects, transient and final 409s, slow responses and request
+timeouts, calls announced before they accept results, dropped and duplicated stream
+events, cancelled and failed Turns, Turns that end before ``run_turn`` learns their id,
+functions that exit without a result or finish after their timeout, ``on_in_doubt``
+hooks that raise, and workers killed at any effect boundary.
 
 Afterwards :meth:`World.check` asserts the runner's promises.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
-import json
 import random
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from openagentcore import (
-    APIConnectionError,
-    APIStatusError,
-    BadRequestError,
-    ConflictError,
-    InternalServerError,
-)
-from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
-from openagentcore.runner._core import Phase, RunnerCore, RunnerError, Serve
-from openagentcore.runner._effects import (
-    AskInDoubt,
-    CancelFunction,
-    ClaimCall,
-    FunctionOutcome,
-    Lookup,
-    PostOutcome,
-    PostResults,
-    ReadSession,
-    ReportAction,
-    RunFunction,
-    SessionOutcome,
-    StoreAnswer,
-    StoreEffect,
-    WriteMarks,
-    perform_store,
-)
-from openagentcore.runner._execution import Hooks, call_sync
-from openagentcore.runner._pump import (
-    Connected,
-    Dropped,
-    Message,
-    Received,
-    ask_in_doubt,
-    carry,
-    run_round,
-)
-from openagentcore.runner._registry import FunctionRegistry, describe_function
+from openagentcore import APIError
+from openagentcore.runner import ServeReport, ServeTimeout
+from openagentcore.runner._core import RunnerCore, RunnerError
 from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
-from openagentcore.store import (
-    CallKey,
-    MemoryResultStore,
-    StoreKeyError,
-    StoreUnavailableError,
-)
-from openagentcore.types import (
-    FunctionCallAction,
-    FunctionCallItem,
-    FunctionCallOutputItem,
-    ItemAddedEvent,
-    ItemDoneEvent,
-    Session,
-    TurnCompletedEvent,
-)
+from openagentcore.store import CallKey, MemoryResultStore
+
+from ._runner import LEASE_SECONDS, MAX_ATTEMPTS, SimRunner
+from ._server import Server, ServerCall
+from ._tasks import SimFuture, Task, Violation, virtual_time
 
 __all__ = ["Faults", "Violation", "World", "run_seed"]
 
-LEASE_SECONDS = 1.0
-MAX_ATTEMPTS = 3
-_REQUEST = httpx.Request("POST", "http://sim.invalid/v1/agents/sessions/s/events")
-
-
-class Violation(AssertionError):
-    """A promise of the runner did not hold in this history."""
+#: How long the final, fault-free worker has to settle everything.
+FINAL_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +55,7 @@ class Faults:
     post_redirect: float = 0.0
     post_pending_409: float = 0.0
     read_error: float = 0.0
+    slow_response: float = 0.0
     stream_drop: float = 0.0
     stream_dup: float = 0.0
     crash: float = 0.0
@@ -128,6 +79,7 @@ class Faults:
             post_redirect=p(0.03),
             post_pending_409=p(0.1),
             read_error=p(0.2),
+            slow_response=p(0.1),
             stream_drop=p(0.1),
             stream_dup=p(0.2),
             crash=p(0.08),
@@ -136,35 +88,6 @@ class Faults:
             early_announce=p(0.3),
             unstorable_id=p(0.2),
         )
-
-
-@dataclass
-class _ServerCall:
-    key: CallKey
-    name: str
-    arguments: str
-    accept_at: float
-
-
-@dataclass
-class _ServerSession:
-    id: str
-    turn_id: str
-    steps: list[list[tuple[str, str]]]
-    step: int = -1
-    status: str = "running"
-    pending: dict[str, _ServerCall] = field(default_factory=dict)
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    announced: list[_ServerCall] = field(default_factory=list)
-    cancelled: bool = False
-    idempotency: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Subscriber:
-    worker: SimWorker
-    serve_id: int
-    connected: bool = True
 
 
 class World:
@@ -182,17 +105,25 @@ class World:
         self._order = itertools.count()
         self.store = MemoryResultStore(clock=lambda: 1_700_000_000.0 + self.now)
         self.mutate = mutate
-        self.sessions: dict[str, _ServerSession] = {}
-        self.subscribers: dict[str, list[_Subscriber]] = {}
+        self.server = Server(self)
         #: Calls the store refuses to record (their ids cannot be stored).
         self.unstorable: set[CallKey] = set()
         #: Runs of each call's function (effects).
         self.runs: Counter[CallKey] = Counter()
-        self.reports: list[Any] = []
+        self.reports: list[ServeReport] = []
         self.chaos = True
         self.generation = itertools.count(1)
         self.workers: list[SimWorker] = []
-        self._make_sessions()
+        #: The worker whose coroutine runs now (its clock is the serving code's).
+        self.stepping: SimWorker | None = None
+        #: Sessions whose Turns some client already had started (served, not driven).
+        self.served: list[str] = []
+        #: Sessions whose Turns ``run_turn`` starts, one driving worker each.
+        self.driven: list[str] = []
+        for index in range(self.rng.randint(1, 2)):
+            session = self.server.add_session(f"sess_{index}")
+            self.server.open_turn(session, self.server.draw_steps(session, few=False))
+            self.served.append(session.id)
 
     # -- scheduling -----------------------------------------------------------------------
 
@@ -205,187 +136,51 @@ class World:
     def chance(self, probability: float) -> bool:
         return self.chaos and probability > 0 and self.rng.random() < probability
 
-    def run_until(self, end: float, *, stop: Callable[[], bool] = lambda: False) -> None:
-        while self._queue and self._queue[0][0] <= end and not stop():
-            when, _, action = heapq.heappop(self._queue)
-            self.now = max(self.now, when)
+    def run_until(self, end: float, *, stop: Callable[[], bool] | None = None) -> None:
+        queue = self._queue
+        while queue and queue[0][0] <= end and (stop is None or not stop()):
+            when, _, action = heapq.heappop(queue)
+            if when > self.now:
+                self.now = when
             action()
-
-    # -- the server -------------------------------------------------------------------------
-
-    def _make_sessions(self) -> None:
-        for s in range(self.rng.randint(1, 2)):
-            steps = [
-                [
-                    (self.rng.choice(("charge", "reserve")), json.dumps({"order": f"o{s}{i}{j}"}))
-                    for j in range(self.rng.randint(1, 2))
-                ]
-                for i in range(self.rng.randint(1, 3))
-            ]
-            session = _ServerSession(f"sess_{s}", f"turn_{s}", steps)
-            self.sessions[session.id] = session
-            self.subscribers[session.id] = []
-            self.at(self.rng.uniform(0.0, 0.05), lambda session=session: self._next_step(session))
-
-    def _next_step(self, session: _ServerSession) -> None:
-        if session.cancelled:
-            return
-        session.step += 1
-        if session.step >= len(session.steps):
-            session.status = "idle"
-            self._publish(session, "turn_completed")
-            return
-        session.status = "requires_action"
-        for j, (name, arguments) in enumerate(session.steps[session.step]):
-            key = CallKey(session.id, session.turn_id, f"call_{session.step}_{j}")
-            early = self.chance(self.faults.early_announce)
-            call = _ServerCall(key, name, arguments, self.now + (0.05 if early else 0.0))
-            if self.chance(self.faults.unstorable_id):
-                self.unstorable.add(key)
-            session.pending[key.call_id] = call
-            session.announced.append(call)
-            self._publish(session, "call", call)
-        if self.chance(self.faults.cancel_turn):
-            self.later(0.0, 0.5, lambda: self._cancel(session))
-
-    def _cancel(self, session: _ServerSession) -> None:
-        if session.status != "requires_action" or not self.chaos:
-            return
-        session.cancelled = True
-        session.pending.clear()
-        session.status = "idle"
-        self._publish(session, "turn_completed")
-
-    def snapshot(self, session_id: str) -> Session:
-        session = self.sessions[session_id]
-        actions = [
-            FunctionCallAction.model_construct(
-                type="function_call",
-                turn_id=call.key.turn_id,
-                call_id=call.key.call_id,
-                name=call.name,
-                arguments=call.arguments,
-            )
-            for call in session.pending.values()
-        ]
-        return Session.model_construct(
-            id=session.id, status=session.status, required_actions=actions
-        )
-
-    def post(self, session_id: str, events: list[dict[str, Any]], key: str) -> None:
-        """The result table of execution-tools.md, atomically per batch."""
-        session = self.sessions[session_id]
-        if self.chance(self.faults.post_5xx):
-            raise _status(InternalServerError, 503, "execution_unavailable", "Try again.")
-        if self.chance(self.faults.post_redirect):
-            raise _status(APIStatusError, 307, None, "Temporary redirect")
-        if self.chance(self.faults.post_pending_409):
-            raise _status(
-                ConflictError,
-                409,
-                "conflict_error",
-                "Earlier input to this Session is still pending.",
-            )
-        body = json.dumps(events, sort_keys=True)
-        if key in session.idempotency:
-            if session.idempotency[key] != body:
-                raise _status(ConflictError, 409, "idempotency_conflict", "Key reused.")
-            return
-        for event in events:
-            call_id = event["call_id"]
-            key = CallKey(session_id, event["turn_id"], call_id)
-            if key in self.unstorable:
-                if event["success"]:
-                    raise Violation(f"seed {self.seed}: unrecordable {call_id} got a success")
-                continue  # nothing can be saved for it: a failure is posted unsaved
-            saved = self.store.get(key)
-            if saved is None or saved.result != event:
-                raise Violation(
-                    f"seed {self.seed}: posted a result for {call_id} not saved as sent"
-                )
-            if call_id in session.results:
-                if session.results[call_id] != event:
-                    raise _status(
-                        ConflictError,
-                        409,
-                        "conflict_error",
-                        "The tool call already has a different result.",
-                    )
-                continue
-            pending = session.pending.get(call_id)
-            if pending is None and session.cancelled:
-                raise _status(
-                    ConflictError,
-                    409,
-                    "conflict_error",
-                    "The Turn cannot accept this input in its current state.",
-                )
-            if pending is None or pending.accept_at > self.now:
-                raise _status(
-                    BadRequestError, 400, "invalid_request_error", "Unknown pending tool call."
-                )
-        session.idempotency[key] = body
-        for event in events:
-            call_id = event["call_id"]
-            if call_id in session.results:
-                continue
-            session.results[call_id] = event
-            call = session.pending.pop(call_id)
-            self._publish(session, "output", call)
-        if not session.pending and session.status == "requires_action":
-            session.status = "running"
-            self.later(0.0, 0.05, lambda: self._next_step(session))
-
-    def _publish(self, session: _ServerSession, kind: str, call: _ServerCall | None = None) -> None:
-        for subscriber in list(self.subscribers[session.id]):
-            if not subscriber.connected:
-                continue
-            event = _stream_event(session, kind, call)
-            copies = 2 if self.chance(self.faults.stream_dup) else 1
-            for _ in range(copies):
-                subscriber.worker.deliver(
-                    self.rng.uniform(0.001, 0.02), Received(subscriber.serve_id, event)
-                )
-            if self.chance(self.faults.stream_drop):
-                self._drop(subscriber)
-
-    def _drop(self, subscriber: _Subscriber) -> None:
-        subscriber.connected = False
-        subscriber.worker.deliver(0.001, Dropped(subscriber.serve_id))
-
-        def reconnect() -> None:
-            if subscriber.worker.alive and subscriber.serve_id in subscriber.worker.core.serves:
-                subscriber.connected = True
-                subscriber.worker.deliver(0.001, Connected(subscriber.serve_id))
-
-        self.later(0.05, 0.5, reconnect)
-
-    def subscribe(self, worker: SimWorker, session_id: str, serve_id: int) -> None:
-        subscriber = _Subscriber(worker, serve_id)
-        self.subscribers[session_id].append(subscriber)
-        worker.deliver(self.rng.uniform(0.001, 0.05), Connected(serve_id))
 
     # -- the whole history -------------------------------------------------------------------
 
     def run(self) -> None:
-        for _ in range(self.rng.randint(1, 3)):
-            self.start_worker()
-        self.run_until(8.0)
-        # Chaos ends: every worker dies, nothing fails any more, and one clean worker
-        # settles everything that is left, as an operator's restart would.
-        self.chaos = False
-        for worker in self.workers:
-            worker.crash()
-        self.run_until(self.now + LEASE_SECONDS * 1.5)
-        final = self.start_worker(final=True)
-        self.run_until(self.now + 60.0, stop=lambda: not final.serving)
-        if final.serving:
-            raise Violation(f"seed {self.seed}: the final serve did not settle within 60 s")
+        with virtual_time(self):
+            # Each worker serves every Session, or drives Turns of a Session of its own.
+            roles = [
+                f"sess_w{index}" if self.rng.random() < 0.5 else None
+                for index in range(self.rng.randint(1, 3))
+            ]
+            self.driven = [self.server.add_session(role).id for role in roles if role]
+            for role in roles:
+                self.start_worker(drives=role)
+            self.run_until(8.0)
+            # Chaos ends: every worker dies, nothing fails any more, and one clean worker
+            # settles everything that is left, as an operator's restart would, and
+            # drives a few more Turns.
+            self.chaos = False
+            for worker in self.workers:
+                worker.crash()
+            self.run_until(self.now + LEASE_SECONDS * 1.5)
+            final = self.start_worker(final=True)
+            self.run_until(self.now + FINAL_TIMEOUT + 10.0, stop=final.finished)
+            if not final.finished():
+                raise Violation(f"seed {self.seed}: the final worker did not finish")
 
-    def start_worker(self, *, final: bool = False) -> SimWorker:
-        worker = SimWorker(self, next(self.generation), final=final)
+    def start_worker(self, *, drives: str | None = None, final: bool = False) -> SimWorker:
+        """A worker that serves every Session until idle, or drives Turns of ``drives``
+        (a Session no other worker sends input to); the final one does both."""
+        worker = SimWorker(self, next(self.generation))
         self.workers.append(worker)
-        worker.start()
+        if final:
+            worker.finish_everything()
+        elif drives is not None:
+            worker.spawn_loop(worker.drive_turns(drives))
+        else:
+            for session_id in self.served + self.driven:
+                worker.spawn_loop(worker.serve_until_idle(session_id))
         return worker
 
     def check(self) -> None:
@@ -393,7 +188,7 @@ class World:
         reported: set[CallKey] = set()
         for report in self.reports:
             reported.update(report.rejected, report.conflicts, report.in_doubt, report.abandoned)
-        for session in self.sessions.values():
+        for session in self.server.sessions.values():
             for call in session.announced:
                 call_id = call.key.call_id
                 runs = self.runs[call.key]
@@ -411,7 +206,9 @@ class World:
                 if record is not None and record.late_outcome is not None:
                     self._check_late(call, runs, record.late_outcome)
                 if accepted is None:
-                    if call_id in session.pending and call.key not in reported:
+                    turn = session.turn(call.key.turn_id)
+                    assert turn is not None
+                    if call_id in turn.pending and call.key not in reported:
                         raise Violation(
                             f"seed {self.seed}: {call_id} is still pending and nobody reported it"
                         )
@@ -435,7 +232,7 @@ class World:
                         f"{record.attempts} attempts"
                     )
 
-    def _check_late(self, call: _ServerCall, runs: int, late: dict[str, Any]) -> None:
+    def _check_late(self, call: ServerCall, runs: int, late: dict[str, Any]) -> None:
         """A late outcome is what a function that ran past its timeout produced."""
         produced = late.get("success") is True and late.get("output", "").startswith(call.name)
         ended = late.get("success") is False and late.get("error") == ENDED_WITHOUT_RESULT
@@ -447,267 +244,133 @@ class World:
 
 
 class SimWorker:
-    """One runner process: the real core, driven the way the real drivers drive it."""
+    """One runner process: its own clock, its runner, and the coroutines it runs."""
 
-    def __init__(self, world: World, generation: int, *, final: bool) -> None:
+    def __init__(self, world: World, generation: int) -> None:
         self.world = world
         self.generation = generation
-        self.final = final
         self.alive = True
-        registry = FunctionRegistry()
-        timeout = world.timeout
-        registry.add(describe_function(self._effect("charge"), name="charge", timeout=timeout))
-        registry.add(
-            describe_function(
-                self._effect("reserve"), name="reserve", idempotent=True, timeout=timeout
-            )
-        )
-        hook_style = world.rng.choice(("none", "none", "raises", "result"))
-        self.hook: Callable[[InDoubtCall], InDoubtDecision] | None = {
-            "none": None,
-            "raises": _raising_hook,
-            "result": _checking_hook,
-        }[hook_style]
-        self.core = RunnerCore(
-            registry,
-            owner=f"sim-{generation}",
-            lease_seconds=LEASE_SECONDS,
-            max_concurrency=world.rng.randint(1, 4),
-            unknown_functions="leave",
-            poll_interval=0.3,
-            in_doubt_hook=self.hook is not None,
-            action_hook=False,
-        )
-        if world.mutate is not None:
-            world.mutate(self.core)
-        self.hooks = Hooks(error_formatter=None, on_error=None)
-        self.inbox: list[Message] = []
-        self.pump_at: float | None = None
         #: Workers' clocks disagree: leases must be judged by the store's clock alone.
         self.skew = world.rng.uniform(-1000.0, 1000.0)
         self.rate = world.rng.uniform(0.98, 1.02)
+        self.runner = SimRunner(self)
+        self.tasks: list[Task] = []
+        #: The application's loops (serving, driving Turns) still running.
+        self.loops = 0
 
     def clock(self) -> float:
         """This worker's monotonic clock: its own origin, and a rate a little off."""
         return self.skew + self.world.now * self.rate
 
-    @property
-    def serving(self) -> bool:
-        return self.alive and bool(self.core.serves)
+    def at_clock(self, when: float, action: Callable[[], None]) -> None:
+        """Run ``action`` when this worker's clock reads ``when``."""
+        self.world.at((when - self.skew) / self.rate, action)
 
-    def _effect(self, name: str) -> Callable[[str], str]:
-        def function(order: str) -> str:
-            """Charge or reserve an order: the effect is counted when it runs."""
-            call = current_call()
-            self.world.runs[CallKey(call.session_id, call.turn_id, call.call_id)] += 1
-            return f"{name}d {order}"
+    def spawn(
+        self,
+        coroutine: Coroutine[Any, Any, Any],
+        on_done: Callable[[Any, Exception | None], None],
+    ) -> None:
+        self.tasks = [task for task in self.tasks if not task.finished]
+        self.tasks.append(Task(self.world, self, coroutine, on_done))
 
-        function.__name__ = name
-        return function
+    def spawn_loop(self, loop: Coroutine[Any, Any, None]) -> None:
+        """One of the application's loops; it may end only by returning."""
 
-    def start(self) -> None:
-        for session_id in self.world.sessions:
-            self._serve(session_id)
+        def done(_: None, error: Exception | None) -> None:
+            self.loops -= 1
+            if error is not None:
+                raise Violation(f"seed {self.world.seed}: a runner call raised {error!r}")
 
-    def _serve(self, session_id: str) -> None:
-        if not self.alive:
-            return
-        serve = self.core.attach(session_id, "idle", self.clock())
-        deadline = self.world.now + (60.0 if self.final else self.world.rng.uniform(0.5, 4.0))
-        self.world.subscribe(self, session_id, serve.id)
-        self.world.at(deadline, lambda: self._deadline(serve))
-        self.schedule_pump(0.0)
+        self.loops += 1
+        self.spawn(loop, done)
 
-    def _deadline(self, serve: Serve) -> None:
-        if self.alive and serve.id in self.core.serves:
-            self._end(serve)
+    def finished(self) -> bool:
+        return self.loops == 0
 
-    def _end(self, serve: Serve) -> None:
-        self.core.detach(serve, self.clock())
-        self.world.reports.append(serve.report)
-        if not self.final and self.world.chaos:
-            self.world.later(0.05, 0.5, lambda: self._serve(serve.session_id))
-        self.schedule_pump(0.0)
+    async def sleep(self, low: float, high: float) -> None:
+        woken: SimFuture[None] = SimFuture()
+        self.world.later(low, high, lambda: woken.set_result(None))
+        await woken
 
     def crash(self) -> None:
         if self.alive:
             self.alive = False
-            for serve in self.core.serves.values():
-                self.world.reports.append(serve.report)
-            self.world.subscribers = {
-                sid: [s for s in subs if s.worker is not self]
-                for sid, subs in self.world.subscribers.items()
-            }
+            self.world.reports.extend(serve.report for serve in self.runner._core.serves.values())
+            for task in self.tasks:
+                task.kill()
 
-    def deliver(self, delay: float, message: Message) -> None:
-        def arrive() -> None:
-            if self.alive:
-                self.inbox.append(message)
-                self.schedule_pump(0.0)
+    # -- what the application does with its runner -----------------------------------------
 
-        self.world.at(self.world.now + delay, arrive)
-
-    def schedule_pump(self, delay: float) -> None:
-        when = self.world.now + delay
-        if self.pump_at is not None and self.pump_at <= when:
-            return
-        self.pump_at = when
-        self.world.at(when, self._pump)
-
-    def _pump(self) -> None:
-        if not self.alive or self.pump_at is None or self.pump_at > self.world.now:
-            return
-        self.pump_at = None
-        core, now = self.core, self.clock()
-        messages, self.inbox = self.inbox, []
-        decided = run_round(core, None, messages, now)
-        self._check_bookkeeping()
-        for serve_id, error in decided.verdicts.items():
-            if error is not None and not isinstance(error, RunnerError):
-                raise Violation(f"seed {self.world.seed}: a serve raised {error!r}")
-            self._end(core.serves[serve_id])
-        for effect in decided.effects:
-            if self.world.chance(self.world.faults.crash):
-                self.crash()
-                return
-            for store_call in carry(self, [effect]):
-                self.world.later(0.0005, 0.01, functools.partial(self._store, store_call))
-        if core.serves or core.busy():
-            # At least a microsecond: converting between this worker's clock and the
-            # world's can round a due time to just ahead of "now" for ever.
-            self.schedule_pump(max(core.next_wakeup(now) / self.rate, 1e-6))
-
-    def _check_bookkeeping(self) -> None:
-        """``busy`` is kept incrementally; it must agree with a scan of every call."""
-        scanned = {
-            call.key.session_id
-            for call in self.core.calls.values()
-            if call.phase not in (Phase.POSTED, Phase.DONE)
-        }
-        for session_id in self.world.sessions:
-            if self.core.busy(session_id) != (session_id in scanned):
-                raise Violation(
-                    f"seed {self.world.seed}: busy({session_id}) disagrees with a scan of its calls"
-                )
-
-    # -- carrying out effects (the sim is a Carrier) --------------------------------------
-
-    def _run_function(self, effect: RunFunction) -> None:
-        self.world.later(0.0, 0.005, lambda: self._run(effect))
-
-    def _cancel_function(self, effect: CancelFunction) -> None:
-        return  # the simulated functions finish at once
-
-    def _post_results(self, effect: PostResults) -> None:
-        self.world.later(0.001, 0.03, lambda: self._post(effect))
-
-    def _read_session(self, effect: ReadSession) -> None:
-        self.world.later(0.001, 0.03, lambda: self._read(effect))
-
-    def _ask_in_doubt(self, effect: AskInDoubt) -> None:
-        assert self.hook is not None
-        answer = ask_in_doubt(self.hook, effect)
-        self.deliver(self.world.rng.uniform(0.0, 0.01), answer)
-
-    def _report_action(self, effect: ReportAction) -> None:
-        return  # the simulated Sessions require no other actions
-
-    def _store(self, effect: StoreEffect) -> None:
-        world = self.world
-        keys = [key for key, _ in effect.changes] if isinstance(effect, WriteMarks) else []
-        if isinstance(effect, (ClaimCall, Lookup)):
-            keys = [effect.key]
-        if any(key in world.unstorable for key in keys):
-            answer = StoreAnswer(effect, error=StoreKeyError("ids the store cannot hold"))
-        elif world.chance(world.faults.store_down):
-            answer = StoreAnswer(effect, error=StoreUnavailableError("simulated outage"))
-        else:
-            answer = perform_store(effect, world.store)
-            if answer.error is None and world.chance(world.faults.commit_then_error):
-                answer = StoreAnswer(effect, error=StoreUnavailableError("commit, then lost"))
-        slow = world.chance(world.faults.slow_ack)
-        self.deliver(world.rng.uniform(0.0005, 0.3 if slow else 0.01), answer)
-
-    def _run(self, effect: RunFunction) -> None:
-        if not self.alive:
-            return  # killed before the function started: no effect
-        world = self.world
-        outcome = call_sync(effect, self.hooks, effect.context())
-        if world.chance(world.faults.function_exit):
-            outcome = FunctionOutcome(effect.key, None)  # SystemExit after the effect
-        self.deliver(world.rng.uniform(0.001, 0.2), outcome)
-
-    def _post(self, effect: PostResults) -> None:
-        world = self.world
-        batch = effect.batch
-        error: Exception | None = None
-        try:
-            world.post(batch.session_id, batch.events, batch.idempotency_key)
-        except Violation:
-            raise
-        except Exception as exc:
-            error = exc
-        if error is None and world.chance(world.faults.post_lost):
-            error = APIConnectionError(request=_REQUEST)  # applied, answer lost
-        self.deliver(world.rng.uniform(0.001, 0.03), PostOutcome(batch, error))
-
-    def _read(self, effect: ReadSession) -> None:
-        world = self.world
-        if world.chance(world.faults.read_error):
-            answer = SessionOutcome(
-                effect.session_id, None, error=APIConnectionError(request=_REQUEST)
+    def _returned_in_time(self, began: float, timeout: float, what: str) -> None:
+        """A call with ``timeout`` returns by then, plus the grace for running calls."""
+        limit = began + (timeout + self.runner.shutdown_grace) / self.rate + 0.01
+        if self.world.now > limit:
+            raise Violation(
+                f"seed {self.world.seed}: {what} returned {self.world.now - limit:.3f} s "
+                "after its deadline and grace"
             )
-        else:
-            answer = SessionOutcome(effect.session_id, world.snapshot(effect.session_id))
-        self.deliver(world.rng.uniform(0.001, 0.03), answer)
 
+    async def serve_until_idle(self, session_id: str) -> None:
+        world, runner = self.world, self.runner
+        while world.chaos:
+            timeout, began = world.rng.uniform(0.5, 4.0), world.now
+            try:
+                if world.rng.random() < 0.2:
+                    await runner.recover(session_id, timeout=timeout)
+                else:
+                    await runner.serve(session_id, until="idle", timeout=timeout)
+            except (RunnerError, ServeTimeout):
+                pass
+            self._returned_in_time(began, timeout, f"serving {session_id}")
+            await self.sleep(0.05, 0.5)
 
-def _raising_hook(call: InDoubtCall) -> InDoubtDecision:
-    raise RuntimeError("the application's hook is broken")
+    async def drive_turns(self, session_id: str) -> None:
+        """Input after input on a Session no other client sends input to."""
+        world, runner = self.world, self.runner
+        while world.chaos:
+            timeout, began = world.rng.uniform(0.3, 4.0), world.now
+            try:
+                result = await runner.run_turn(session_id, "Go on.", timeout=timeout)
+            except (ServeTimeout, APIError):
+                pass  # RunnerError is not expected: every admitted input shows a Turn
+            else:
+                world.server.check_turn_result(result)
+            self._returned_in_time(began, timeout, f"run_turn on {session_id}")
+            await self.sleep(0.0, 0.5)
 
+    def finish_everything(self) -> None:
+        """The final worker: no faults, so every call must settle and every Turn end;
+        it drives Turns of every driven Session, and of a fresh one."""
+        world = self.world
+        fresh = world.server.add_session("sess_final").id
+        for session_id in world.served + world.driven:
+            self.spawn_loop(self._settle(session_id))
+        for session_id in [*world.driven, fresh]:
+            self.spawn_loop(self._final_turns(session_id))
 
-def _checking_hook(call: InDoubtCall) -> InDoubtDecision:
-    return InDoubtDecision.result("checked by the application")
+    async def _settle(self, session_id: str) -> None:
+        try:
+            await self.runner.serve(session_id, until="idle", timeout=FINAL_TIMEOUT)
+        except ServeTimeout:
+            raise Violation(
+                f"seed {self.world.seed}: the final serve of {session_id} did not settle "
+                f"within {FINAL_TIMEOUT:g} s"
+            ) from None
 
-
-def _status(
-    kind: type[APIStatusError], status: int, code: str | None, message: str
-) -> APIStatusError:
-    response = httpx.Response(status, request=_REQUEST)
-    body = {"error": {"type": code or "error", "code": code, "message": message, "param": None}}
-    return kind(message, response=response, body=body)
-
-
-def _stream_event(session: _ServerSession, kind: str, call: _ServerCall | None) -> Any:
-    if kind == "turn_completed":
-        return TurnCompletedEvent.model_construct(
-            type="agent.session.turn.completed", session_id=session.id, turn_id=session.turn_id
-        )
-    assert call is not None
-    if kind == "call":
-        item = FunctionCallItem.model_construct(
-            type="function_call",
-            turn_id=session.turn_id,
-            call_id=call.key.call_id,
-            name=call.name,
-            arguments=call.arguments,
-            status="completed",
-        )
-        return ItemDoneEvent.model_construct(
-            type="agent.session.turn.item.done",
-            session_id=session.id,
-            turn_id=session.turn_id,
-            item=item,
-        )
-    output = FunctionCallOutputItem.model_construct(
-        type="function_call_output", turn_id=session.turn_id, call_id=call.key.call_id
-    )
-    return ItemAddedEvent.model_construct(
-        type="agent.session.turn.item.added",
-        session_id=session.id,
-        turn_id=session.turn_id,
-        item=output,
-    )
+    async def _final_turns(self, session_id: str) -> None:
+        server = self.world.server
+        for _ in range(self.world.rng.randint(1, 3)):
+            try:
+                result = await self.runner.run_turn(session_id, "Finish.", timeout=FINAL_TIMEOUT)
+            except ServeTimeout as timeout:
+                if server.blocked(session_id, timeout.report.rejected):
+                    return  # a person must look at a result the server refused
+                raise Violation(
+                    f"seed {self.world.seed}: the final run_turn on {session_id} did not "
+                    f"return within {FINAL_TIMEOUT:g} s"
+                ) from None
+            server.check_turn_result(result)
 
 
 def run_seed(seed: int, *, mutate: Callable[[RunnerCore], None] | None = None) -> World:

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from openagentcore.runner._core import Call, RunnerCore
+from openagentcore.runner._core import Call, RunnerCore, Serve
 from openagentcore.store import CallRecord
 
-from ._world import Violation, run_seed
+from ._world import Violation, World, run_seed
 
 #: Seeds every CI run replays; ``python -m tests.sim --seeds N`` soaks further.
 CI_SEEDS = 2000
@@ -48,8 +48,14 @@ def test_a_history_replays_exactly_from_its_seed() -> None:
     first, second = run_seed(1234), run_seed(1234)
     assert first.runs == second.runs
     assert first.now == second.now
-    assert [s.results for s in first.sessions.values()] == [
-        s.results for s in second.sessions.values()
+    assert _outcomes(first) == _outcomes(second)
+
+
+def _outcomes(world: World) -> list[object]:
+    """What the server holds at the end: every result, and how every Turn ended."""
+    return [
+        (session.results, [(turn.id, turn.status) for turn in session.turns])
+        for session in world.server.sessions.values()
     ]
 
 
@@ -73,7 +79,22 @@ def _stale_claims_run_again(core: RunnerCore) -> None:
     core._decide_existing = decide_existing  # type: ignore[method-assign]
 
 
-@pytest.mark.parametrize("mutation", [_no_attempt_cap, _stale_claims_run_again])
+def _turn_ends_seen_early_are_forgotten(core: RunnerCore) -> None:
+    """Reverts the fix for a Turn that ends before ``run_turn`` learns its id (a fast
+    model): the ends its serve saw until then are dropped when it learns the id."""
+    start_turn = core.start_turn
+
+    def forgetful_start_turn(serve: Serve, turn_id: str, status: str, reconnects: int) -> None:
+        serve.ends_by_turn.clear()
+        start_turn(serve, turn_id, status, reconnects)
+
+    core.start_turn = forgetful_start_turn  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize(
+    "mutation",
+    [_no_attempt_cap, _stale_claims_run_again, _turn_ends_seen_early_are_forgotten],
+)
 def test_the_simulator_finds_a_reverted_fix_within_the_ci_budget(
     mutation: Callable[[RunnerCore], None],
 ) -> None:

@@ -344,6 +344,10 @@ class _SessionView:
     reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
     #: When reads of the Session started failing to reach the server, if they do.
     unreachable_since: float | None = None
+    #: Session snapshots the stream brought, and how many it had when the read in
+    #: flight was sent: a read must not undo a snapshot newer than itself.
+    snapshots_streamed: int = 0
+    snapshots_when_read: int = 0
 
 
 class RunnerCore:
@@ -423,13 +427,18 @@ class RunnerCore:
     def detach(self, serve: Serve, now: float) -> None:
         """The serve ended, however it ended. Running functions go on and their results
         are saved and posted in the background; claims nobody will run are released."""
-        self.serves.pop(serve.id, None)
+        was_attached = self.serves.pop(serve.id, None) is not None
         attached = self._serves_by_session.get(serve.session_id, {})
         attached.pop(serve.id, None)
         if not attached:
             self._serves_by_session.pop(serve.session_id, None)
         self._release_unrun(serve.session_id, now)
         view = self._view(serve.session_id)
+        if was_attached and serve.connected and attached:
+            # Its stream's last snapshot may be older than one another stream brought
+            # (each stream keeps its own order, not the others'), and no later event of
+            # that stream will correct it: the serves left read the Session again.
+            self._want_read(view, now)
         if not self._serves_of(serve.session_id):
             for call in list(view.calls.values()):
                 if call.phase is Phase.DONE:
@@ -534,6 +543,7 @@ class RunnerCore:
     def on_event(self, serve: Serve, event: SessionEvent, now: float) -> None:
         """One live stream event of ``serve``'s Session."""
         if isinstance(event, SessionSnapshotEvent):
+            self._view(serve.session_id).snapshots_streamed += 1
             self._on_session(serve.session_id, event.session, now)
             return
         if isinstance(event, (ItemAddedEvent, ItemDoneEvent)):
@@ -585,10 +595,20 @@ class RunnerCore:
         view.unreachable_since = None
         assert answer.session is not None
         for serve in self._serves_of(answer.session_id):
-            if answer.turn is not None and answer.turn.id == serve.target_turn:
+            if (
+                answer.turn is not None
+                and answer.turn.id == serve.target_turn
+                and serve.target_turn_status not in _TURN_ENDED
+            ):
+                # An ended Turn stays ended: a read sent before its end event came
+                # through the stream must not make the serve wait for that end again.
                 serve.target_turn_status = answer.turn.status
             serve.read_once = True
-        self._on_session(answer.session_id, answer.session, now)
+        if view.snapshots_streamed == view.snapshots_when_read:
+            self._on_session(answer.session_id, answer.session, now)
+        # Otherwise the stream brought a Session snapshot while the read was in flight:
+        # the read may predate it (an idle Session read as in progress), and nothing
+        # would come to correct it, so the streamed snapshot stands.
 
     def _unreachable(self, view: _SessionView, error: APIConnectionError, now: float) -> None:
         """Serves that must end (all but ``forever``) give up on a server that could not
@@ -1263,6 +1283,7 @@ class RunnerCore:
             if read_at is not None and read_at <= now:
                 view.reading = True
                 view.read_at = None
+                view.snapshots_when_read = view.snapshots_streamed
                 turn = next(
                     (s.target_turn for s in self._serves_of(view.session_id) if s.target_turn),
                     None,

@@ -1,0 +1,510 @@
+"""The simulated Agents API server: Sessions, their Turns, the result table, the stream.
+
+What the contract says a runner can observe, and no more: input messages start a Turn
+on an idle Session and join (steer) the running one; a Turn asks for function calls in
+steps, then ends completed (with a final answer), failed or cancelled; results go
+through the result table of execution-tools.md; the live stream starts when it opens,
+keeps its order, and loses what is sent while it is down.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from openagentcore import APIStatusError, BadRequestError, ConflictError, InternalServerError
+from openagentcore.runner._pump import Connected, Dropped, Message, Received
+from openagentcore.store import CallKey
+from openagentcore.types import (
+    FunctionCallAction,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    ItemAddedEvent,
+    ItemDoneEvent,
+    MessageItem,
+    OutputText,
+    Session,
+    SessionFailedEvent,
+    SessionIdleEvent,
+    SessionInProgressEvent,
+    SessionRequiresActionEvent,
+    Turn,
+    TurnCancelledEvent,
+    TurnCompletedEvent,
+    TurnFailedEvent,
+)
+
+from ._tasks import Violation
+
+if TYPE_CHECKING:
+    from openagentcore.runner import TurnResult
+
+    from ._runner import SimRunner
+    from ._world import World
+
+__all__ = ["REQUEST", "Server", "ServerCall", "ServerSession", "ServerTurn", "status_error"]
+
+REQUEST = httpx.Request("POST", "http://sim.invalid/v1/agents/sessions/s/events")
+ENDED = frozenset({"completed", "failed", "cancelled"})
+_END_EVENTS = {
+    "completed": TurnCompletedEvent,
+    "failed": TurnFailedEvent,
+    "cancelled": TurnCancelledEvent,
+}
+_STATUS_EVENTS = {
+    "in_progress": SessionInProgressEvent,
+    "requires_action": SessionRequiresActionEvent,
+    "idle": SessionIdleEvent,
+    "failed": SessionFailedEvent,
+}
+
+
+@dataclass
+class ServerCall:
+    key: CallKey
+    name: str
+    arguments: str
+    #: Announced a moment before it accepts results (the early-announce fault).
+    accept_at: float
+
+
+@dataclass(eq=False)
+class ServerTurn:
+    id: str
+    index: int
+    #: The calls the model asks for, step by step, before it answers.
+    steps: list[list[tuple[str, str]]]
+    answer: str
+    #: The model fails instead of answering.
+    fails: bool
+    step: int = -1
+    status: str = "queued"
+    pending: dict[str, ServerCall] = field(default_factory=dict)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One serve's live stream of a Session."""
+
+    runner: SimRunner
+    serve_id: int
+    connected: bool = False
+    open: bool = True
+    #: Messages of one stream arrive in the order they were sent.
+    last_arrival: float = 0.0
+
+
+@dataclass(eq=False)
+class ServerSession:
+    id: str
+    turns: list[ServerTurn] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    announced: list[ServerCall] = field(default_factory=list)
+    idempotency: dict[str, str] = field(default_factory=dict)
+    items: list[Any] = field(default_factory=list)
+    subscribers: list[Subscriber] = field(default_factory=list)
+    #: The status the stream last announced.
+    announced_status: str = "idle"
+    #: The snapshot reads return, until the Session changes.
+    snapshot: Session | None = None
+
+    @property
+    def active(self) -> ServerTurn | None:
+        """The Turn that has not ended (there is at most one: input steers it)."""
+        if self.turns and not self.turns[-1].ended:
+            return self.turns[-1]
+        return None
+
+    @property
+    def status(self) -> str:
+        turn = self.active
+        if turn is not None:
+            return "requires_action" if turn.pending else "in_progress"
+        if self.turns and self.turns[-1].status == "failed":
+            return "failed"
+        return "idle"
+
+    def turn(self, turn_id: str) -> ServerTurn | None:
+        return next((turn for turn in self.turns if turn.id == turn_id), None)
+
+
+class Server:
+    """Every Session of one history, and the requests a runner can make of them."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.sessions: dict[str, ServerSession] = {}
+
+    # -- Turns ------------------------------------------------------------------------
+
+    def add_session(self, session_id: str) -> ServerSession:
+        session = self.sessions[session_id] = ServerSession(session_id)
+        return session
+
+    def draw_steps(self, session: ServerSession, *, few: bool) -> list[list[tuple[str, str]]]:
+        """The calls a Turn asks for, step by step. ``few``: a Turn started by
+        ``run_turn``, often answered at once (a fast model)."""
+        rng, label = self.world.rng, f"{session.id}-{len(session.turns)}"
+        count = rng.choice((0, 0, 1, 2)) if few else rng.randint(1, 3)
+        return [
+            [
+                (rng.choice(("charge", "reserve")), json.dumps({"order": f"{label}-{i}-{j}"}))
+                for j in range(rng.randint(1, 2))
+            ]
+            for i in range(count)
+        ]
+
+    def open_turn(
+        self, session: ServerSession, steps: list[list[tuple[str, str]]], *, fails: bool = False
+    ) -> ServerTurn:
+        index = len(session.turns)
+        turn_id = f"turn_{session.id}_{index}"
+        turn = ServerTurn(turn_id, index, steps, f"the answer of {turn_id}", fails)
+        session.turns.append(turn)
+        self._changed(session)
+        self.world.later(0.0, 0.05, lambda: self._start(session, turn))
+        return turn
+
+    def _start(self, session: ServerSession, turn: ServerTurn) -> None:
+        if turn.status == "queued":
+            turn.status = "in_progress"
+            self._next_step(session, turn)
+
+    def _next_step(self, session: ServerSession, turn: ServerTurn) -> None:
+        world = self.world
+        if turn.ended:
+            return
+        turn.step += 1
+        if turn.step >= len(turn.steps):
+            self._end(session, turn)
+            return
+        turn.status = "waiting"
+        if world.rng.random() < 0.3:
+            self._message(session, turn, f"working on {turn.id}", "commentary")
+        for j, (name, arguments) in enumerate(turn.steps[turn.step]):
+            key = CallKey(session.id, turn.id, f"call_{turn.index}_{turn.step}_{j}")
+            early = world.chance(world.faults.early_announce)
+            call = ServerCall(key, name, arguments, world.now + (0.05 if early else 0.0))
+            if world.chance(world.faults.unstorable_id):
+                world.unstorable.add(key)
+            turn.pending[key.call_id] = call
+            session.announced.append(call)
+            item = FunctionCallItem.model_construct(
+                type="function_call",
+                id=f"fc_{key.call_id}",
+                turn_id=turn.id,
+                call_id=key.call_id,
+                name=name,
+                arguments=arguments,
+                status="completed",
+            )
+            self._add_item(session, item, done=True)
+        self._changed(session)
+        if world.chance(world.faults.cancel_turn):
+            world.later(0.0, 0.5, lambda: self._cancel(session, turn))
+
+    def _end(self, session: ServerSession, turn: ServerTurn) -> None:
+        if turn.fails:
+            turn.status = "failed"
+        else:
+            self._message(session, turn, turn.answer, "final_answer")
+            turn.status = "completed"
+        self._publish_end(session, turn)
+        self._changed(session)
+
+    def _cancel(self, session: ServerSession, turn: ServerTurn) -> None:
+        if turn.status != "waiting" or not self.world.chaos:
+            return
+        turn.pending.clear()
+        turn.status = "cancelled"
+        self._publish_end(session, turn)
+        self._changed(session)
+
+    def _publish_end(self, session: ServerSession, turn: ServerTurn) -> None:
+        event = _END_EVENTS[turn.status].model_construct(
+            type=f"agent.session.turn.{turn.status}",
+            session_id=session.id,
+            turn_id=turn.id,
+            turn=None,
+        )
+        self._publish(session, event)
+
+    def _changed(self, session: ServerSession) -> None:
+        """The Session's status or required actions may have changed: a Session event
+        with its snapshot, if its status did."""
+        session.snapshot = None
+        status = session.status
+        if status != session.announced_status:
+            session.announced_status = status
+            event = _STATUS_EVENTS[status].model_construct(
+                type=f"agent.session.{status}", session=self.snapshot(session.id)
+            )
+            self._publish(session, event)
+
+    def _message(self, session: ServerSession, turn: ServerTurn, text: str, phase: str) -> None:
+        item = MessageItem.model_construct(
+            type="message",
+            id=f"msg_{len(session.items)}",
+            turn_id=turn.id,
+            role="assistant",
+            content=[OutputText.model_construct(type="output_text", text=text)],
+            status="completed",
+            phase=phase,
+        )
+        self._add_item(session, item, done=True)
+
+    def _add_item(self, session: ServerSession, item: Any, *, done: bool) -> None:
+        """Into the Session's history, and onto its stream: agent output as
+        ``item.done``, function results as ``item.added``."""
+        session.items.append(item)
+        kind = ItemDoneEvent if done else ItemAddedEvent
+        self._publish(
+            session,
+            kind.model_construct(
+                type=f"agent.session.turn.item.{'done' if done else 'added'}",
+                session_id=session.id,
+                turn_id=item.turn_id,
+                item=item,
+            ),
+        )
+
+    # -- reads ------------------------------------------------------------------------
+
+    def snapshot(self, session_id: str) -> Session:
+        session = self.sessions[session_id]
+        if session.snapshot is None:
+            session.snapshot = self._snapshot(session)
+        return session.snapshot
+
+    def _snapshot(self, session: ServerSession) -> Session:
+        turn = session.active
+        actions = [
+            FunctionCallAction.model_construct(
+                type="function_call",
+                turn_id=call.key.turn_id,
+                call_id=call.key.call_id,
+                name=call.name,
+                arguments=call.arguments,
+            )
+            for call in (turn.pending.values() if turn is not None else ())
+        ]
+        # Every defaulted field given: pydantic's model_construct inspects the
+        # signature of each default factory it calls, which would dominate the run.
+        return Session.model_construct(
+            id=session.id,
+            status=session.status,
+            required_actions=actions,
+            metadata={},
+            vault_ids=[],
+        )
+
+    def turn_snapshot(self, session_id: str, turn_id: str) -> Turn:
+        turn = self.sessions[session_id].turn(turn_id)
+        assert turn is not None, f"the runner asked for an unknown Turn {turn_id}"
+        return Turn.model_construct(
+            object="agent.session.turn",
+            id=turn.id,
+            session_id=session_id,
+            agent_id="agent_sim",
+            status=turn.status,
+            created_at=turn.index,
+        )
+
+    def latest_turns(self, session_id: str) -> list[Turn]:
+        """``turns.list(order="desc", limit=1)``."""
+        turns = self.sessions[session_id].turns
+        return [self.turn_snapshot(session_id, turns[-1].id)] if turns else []
+
+    def items(self, session_id: str) -> list[Any]:
+        return list(self.sessions[session_id].items)
+
+    # -- input ------------------------------------------------------------------------
+
+    def accept(self, session_id: str, events: list[Any], idempotency_key: str | None) -> None:
+        """``POST .../events``: the pending-input gate, then messages or results."""
+        world = self.world
+        session = self.sessions[session_id]
+        if world.chance(world.faults.post_5xx):
+            raise status_error(InternalServerError, 503, "execution_unavailable", "Try again.")
+        if world.chance(world.faults.post_redirect):
+            raise status_error(APIStatusError, 307, None, "Temporary redirect")
+        if world.chance(world.faults.post_pending_409):
+            raise status_error(
+                ConflictError,
+                409,
+                "conflict_error",
+                "Earlier input to this Session is still pending.",
+            )
+        messages = [event for event in events if not isinstance(event, dict)]
+        if messages:
+            self._admit(session, len(messages))
+        else:
+            assert idempotency_key is not None, "the runner posts results with a key"
+            self._post_results(session, events, idempotency_key)
+
+    def _admit(self, session: ServerSession, count: int) -> None:
+        """Messages start a Turn on an idle Session; they join the running one."""
+        turn = session.active
+        if turn is None:
+            steps = self.draw_steps(session, few=True)
+            turn = self.open_turn(session, steps, fails=self.world.rng.random() < 0.1)
+        for _ in range(count):
+            session.items.append(
+                MessageItem.model_construct(
+                    type="message",
+                    id=f"msg_{len(session.items)}",
+                    turn_id=turn.id,
+                    role="user",
+                    content=[],
+                    status="completed",
+                    phase=None,
+                )
+            )
+
+    def _post_results(
+        self, session: ServerSession, events: list[dict[str, Any]], idempotency_key: str
+    ) -> None:
+        """The result table of execution-tools.md, atomically per batch."""
+        world = self.world
+        body = json.dumps(events, sort_keys=True)
+        if idempotency_key in session.idempotency:
+            if session.idempotency[idempotency_key] != body:
+                raise status_error(ConflictError, 409, "idempotency_conflict", "Key reused.")
+            return
+        for event in events:
+            call_id = event["call_id"]
+            key = CallKey(session.id, event["turn_id"], call_id)
+            if key in world.unstorable:
+                # Nothing can be saved for it: a failure is posted unsaved.
+                if event["success"]:
+                    raise Violation(f"seed {world.seed}: unrecordable {call_id} got a success")
+            else:
+                saved = world.store.get(key)
+                if saved is None or saved.result != event:
+                    raise Violation(
+                        f"seed {world.seed}: posted a result for {call_id} not saved as sent"
+                    )
+            if call_id in session.results:
+                if session.results[call_id] != event:
+                    raise status_error(
+                        ConflictError,
+                        409,
+                        "conflict_error",
+                        "The tool call already has a different result.",
+                    )
+                continue
+            turn = session.turn(event["turn_id"])
+            pending = turn.pending.get(call_id) if turn is not None else None
+            if pending is None and turn is not None and turn.status == "cancelled":
+                raise status_error(
+                    ConflictError,
+                    409,
+                    "conflict_error",
+                    "The Turn cannot accept this input in its current state.",
+                )
+            if pending is None or pending.accept_at > world.now:
+                raise status_error(
+                    BadRequestError, 400, "invalid_request_error", "Unknown pending tool call."
+                )
+        session.idempotency[idempotency_key] = body
+        answered: list[ServerTurn] = []
+        for event in events:
+            call_id = event["call_id"]
+            if call_id in session.results:
+                continue
+            session.results[call_id] = event
+            turn = session.turn(event["turn_id"])
+            assert turn is not None
+            turn.pending.pop(call_id)
+            answered.append(turn)
+            item = FunctionCallOutputItem.model_construct(
+                type="function_call_output",
+                id=f"fco_{call_id}",
+                turn_id=turn.id,
+                call_id=call_id,
+            )
+            self._add_item(session, item, done=False)
+        for turn in dict.fromkeys(answered):
+            if not turn.pending and turn.status == "waiting":
+                turn.status = "in_progress"
+                world.later(0.0, 0.05, lambda turn=turn: self._next_step(session, turn))
+        self._changed(session)
+
+    # -- the live stream ----------------------------------------------------------------
+
+    def subscribe(self, runner: SimRunner, session_id: str, serve_id: int) -> Subscriber:
+        """Open a stream; it carries what happens from the moment it is open."""
+        subscriber = Subscriber(runner, serve_id)
+        self.sessions[session_id].subscribers.append(subscriber)
+        self.world.later(0.001, 0.05, lambda: self._connect(subscriber))
+        return subscriber
+
+    def unsubscribe(self, session_id: str, subscriber: Subscriber) -> None:
+        subscriber.open = subscriber.connected = False
+        subscribers = self.sessions[session_id].subscribers
+        if subscriber in subscribers:
+            subscribers.remove(subscriber)
+
+    def _connect(self, subscriber: Subscriber) -> None:
+        if subscriber.open and subscriber.runner.worker.alive:
+            subscriber.connected = True
+            self._send(subscriber, Connected(subscriber.serve_id))
+
+    def _publish(self, session: ServerSession, event: Any) -> None:
+        world = self.world
+        for subscriber in list(session.subscribers):
+            if not subscriber.connected:
+                continue
+            copies = 2 if world.chance(world.faults.stream_dup) else 1
+            for _ in range(copies):
+                self._send(subscriber, Received(subscriber.serve_id, event))
+            if world.chance(world.faults.stream_drop):
+                subscriber.connected = False
+                self._send(subscriber, Dropped(subscriber.serve_id))
+                world.later(0.05, 0.5, lambda subscriber=subscriber: self._connect(subscriber))
+
+    def _send(self, subscriber: Subscriber, message: Message) -> None:
+        world = self.world
+        arrival = max(world.now + world.rng.uniform(0.001, 0.02), subscriber.last_arrival)
+        subscriber.last_arrival = arrival
+        subscriber.runner.deliver_at(arrival, message)
+
+    def blocked(self, session_id: str, rejected: list[CallKey]) -> bool:
+        """Whether the running Turn waits on a call whose result the server refused:
+        no runner may post another, so the Turn cannot end without a person."""
+        turn = self.sessions[session_id].active
+        return turn is not None and any(key.call_id in turn.pending for key in rejected)
+
+    # -- what run_turn returned ----------------------------------------------------------
+
+    def check_turn_result(self, result: TurnResult[Any]) -> None:
+        """``run_turn`` returned: its Turn ended, with that status and that answer."""
+        seed = self.world.seed
+        turn = self.sessions[result.session_id].turn(result.turn_id)
+        if turn is None:
+            raise Violation(f"seed {seed}: run_turn returned an unknown Turn {result.turn_id}")
+        if not turn.ended or result.status != turn.status:
+            raise Violation(
+                f"seed {seed}: run_turn returned status {result.status!r} for "
+                f"{turn.id}, which is {turn.status!r}"
+            )
+        if turn.status == "completed" and result.text != turn.answer:
+            raise Violation(
+                f"seed {seed}: run_turn returned the text {result.text!r} for {turn.id}, "
+                f"whose answer is {turn.answer!r}"
+            )
+
+
+def status_error(
+    kind: type[APIStatusError], status: int, code: str | None, message: str
+) -> APIStatusError:
+    response = httpx.Response(status, request=REQUEST)
+    body = {"error": {"type": code or "error", "code": code, "message": message, "param": None}}
+    return kind(message, response=response, body=body)
