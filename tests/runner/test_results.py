@@ -70,6 +70,28 @@ def serve_one(
     return applied, harness.core.stored_results(session_id)[call_id]
 
 
+def serve_value(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, value: object
+) -> tuple[AppliedCall, dict[str, object], list[BaseException]]:
+    """Serve a Session whose only call's function returns ``value``; also returns what
+    ``on_error`` was given."""
+    seen: list[BaseException] = []
+
+    def produce() -> object:
+        """Produce a value."""
+        return value
+
+    applied, result = serve_one(
+        make_core,
+        make_harness,
+        produce,
+        {},
+        flavour,
+        on_error=lambda key, error: seen.append(error),
+    )
+    return applied, result, seen
+
+
 @pytest.mark.parametrize(
     ("name", "arguments", "named"),
     [
@@ -221,39 +243,36 @@ def test_error_formatter_opts_in_to_sharing_the_error_text(
     assert result["error"] == "CardDeclined: card 4242 declined"
 
 
-def test_failing_hooks_still_send_the_generic_error(
-    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
-) -> None:
-    def broken(*args: object) -> str:
-        raise RuntimeError("hook bug")
+def _broken_hook(*args: object) -> str:
+    raise RuntimeError("hook bug")
 
+
+@pytest.mark.parametrize(
+    ("formatter", "on_error"),
+    [
+        (_broken_hook, _broken_hook),
+        (lambda error: "declined \x00", None),
+        (lambda error: 402, None),
+    ],
+    ids=["hooks-raise", "nul-in-text", "an-int"],
+)
+def test_unusable_hooks_still_send_the_generic_error(
+    make_core: MakeCore,
+    make_harness: MakeHarness,
+    flavour: Flavour,
+    formatter: Callable[[BaseException], object],
+    on_error: Callable[..., object] | None,
+) -> None:
+    """Hooks that raise, or error text the server would refuse (which would leave the
+    call pending for good): the generic text goes instead."""
     _, result = serve_one(
         make_core,
         make_harness,
         _pay,
         {"card": "4242"},
         flavour,
-        error_formatter=broken,
-        on_error=broken,
-    )
-
-    assert result["success"] is False
-    assert result["error"] == INTERNAL_ERROR
-
-
-@pytest.mark.parametrize("formatted", ["declined \x00", 402], ids=["nul-in-text", "an-int"])
-def test_error_text_the_server_would_refuse_becomes_the_generic_error(
-    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, formatted: object
-) -> None:
-    """An ``error_formatter`` that returns something the server refuses would leave the
-    call pending for good; the generic text goes instead."""
-    _, result = serve_one(
-        make_core,
-        make_harness,
-        _pay,
-        {"card": "4242"},
-        flavour,
-        error_formatter=lambda error: formatted,
+        error_formatter=formatter,
+        on_error=on_error,
     )
 
     assert result["success"] is False
@@ -361,20 +380,7 @@ def test_an_output_too_large_for_the_server_fails_the_call_instead_of_sticking(
     kilobytes: int,
     success: bool,
 ) -> None:
-    seen: list[BaseException] = []
-
-    def dump() -> str:
-        """Dump a large text."""
-        return "x" * kilobytes * 1024
-
-    applied, result = serve_one(
-        make_core,
-        make_harness,
-        dump,
-        {},
-        flavour,
-        on_error=lambda key, error: seen.append(error),
-    )
+    applied, result, seen = serve_value(make_core, make_harness, flavour, "x" * kilobytes * 1024)
 
     assert result["success"] is success
     assert applied.output is not None
@@ -407,20 +413,7 @@ def test_an_output_the_server_would_refuse_fails_the_call_instead_of_sticking(
     """A refused result never consumes the call: posted as is, it would leave the call
     pending (and the Turn waiting) for good. The runner checks the result as the server
     does, and the model gets a failed result it can act on instead."""
-    seen: list[BaseException] = []
-
-    def render() -> object:
-        """Render something the server will not take."""
-        return value
-
-    applied, result = serve_one(
-        make_core,
-        make_harness,
-        render,
-        {},
-        flavour,
-        on_error=lambda key, error: seen.append(error),
-    )
+    applied, result, seen = serve_value(make_core, make_harness, flavour, value)
 
     assert result["success"] is False
     assert result["error"] == INTERNAL_ERROR
