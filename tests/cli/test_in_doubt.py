@@ -124,14 +124,20 @@ def test_calls_list_in_doubt_shows_a_started_call_whose_owner_is_gone_after_reco
     assert text.rstrip().endswith("1 call(s)")
 
 
-def test_calls_list_in_doubt_leaves_out_a_call_still_running(
-    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _claim_by_a_live_owner(setup: Setup, store: StoreUnderTest) -> CallKey:
+    """Claim the Session's pending call for an owner whose lease is far from over."""
     _, session_id, action, _ = setup
     opened = store.open()
     key = CallKey(session_id, action.turn_id, action.call_id)
     opened.claim(key, function_name="refund", arguments_hash="x", owner="h:1:a", lease_seconds=600)
     opened.close()
+    return key
+
+
+def test_calls_list_in_doubt_leaves_out_a_call_still_running(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _claim_by_a_live_owner(setup, store)
 
     assert _json(["calls", "list", *store.args, "--state", "in_doubt"], capsys) == []
     started = _json(["calls", "list", *store.args, "--state", "started"], capsys)
@@ -209,15 +215,9 @@ def test_calls_resolve_rerun_lets_the_next_runner_run_the_function(
 def test_calls_resolve_refuses_a_call_that_is_not_in_doubt(
     setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _, session_id, action, _ = setup
-    opened = store.open()
-    key = CallKey(session_id, action.turn_id, action.call_id)
-    opened.claim(key, function_name="refund", arguments_hash="x", owner="h:1:a", lease_seconds=600)
-    opened.close()
+    key = _claim_by_a_live_owner(setup, store)
 
-    assert main(["calls", "resolve", action.call_id, *store.args, "--output", "x"]) == (
-        EXIT_ATTENTION
-    )
+    assert main(["calls", "resolve", key.call_id, *store.args, "--output", "x"]) == (EXIT_ATTENTION)
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "not in doubt" in err

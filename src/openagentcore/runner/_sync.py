@@ -225,7 +225,8 @@ class FunctionRunner(Serving):
                     wait = self._core.next_wakeup(now)
                     self._pump_due = now + wait
                 messages = _drain(self._inbox, wait)
-                self._rounds(messages)  # at least one round: time alone makes things due
+                # At least one round: time alone makes things due.
+                self._rounds(messages, on_pump=True)
         except BaseException as exc:
             self._fail(exc)
             raise
@@ -239,7 +240,7 @@ class FunctionRunner(Serving):
         except Exception as exc:
             self._fail(exc)
 
-    def _rounds(self, messages: list[Message]) -> None:
+    def _rounds(self, messages: list[Message], *, on_pump: bool = False) -> None:
         while True:
             with self._lock:
                 if self._closing:
@@ -251,8 +252,10 @@ class FunctionRunner(Serving):
                     self._changed.notify_all()  # wake waiters only when it may matter
                 # Started under the lock, so in the core's order.
                 store_calls = carry(self, decided.effects)
-                if now + self._core.next_wakeup(now) < self._pump_due:
-                    self._pump_due = now  # something falls due before the pump looks
+                # A round elsewhere may make something due before the pump looks again
+                # (the pump itself looks again right after its own rounds).
+                if not on_pump and now + self._core.next_wakeup(now) < self._pump_due:
+                    self._pump_due = now
                     self._inbox.put(Wake())
             # Store calls run right here, one after another, and their answers go
             # straight back in; requests and functions went to their pools.
