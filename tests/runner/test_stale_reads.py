@@ -77,7 +77,6 @@ def test_run_turn_ends_when_a_stale_read_follows_its_turns_end() -> None:
     _read_in_flight(core, serve)
     core.on_session_read(SessionOutcome(SESSION, _session("idle")), 0.05)
     core.start_turn(serve, TURN, "in_progress", reconnects=0)
-    core.set_until(serve, "turn")
     core.on_dropped(serve)  # the stream reconnects: the Turn is read with the Session
     read = _read_in_flight(core, serve)
     assert read.turn_id == TURN

@@ -165,11 +165,11 @@ class SimRunner(AsyncServing):
         future.result()
         return True
 
-    def _follow_turn(self, serve: Serve, turn: Turn, reconnects: int) -> None:
-        self._core.start_turn(serve, turn.id, turn.status, reconnects)
-        self._core.set_until(serve, "turn")
-        self._verdicts[serve.id] = SimFuture()  # the verdict on "connected" is spent
+    def _change_serve(self, serve: Serve, change: Callable[[], T]) -> T:
+        result = change()
+        self._verdicts[serve.id] = SimFuture()
         self._wake()
+        return result
 
     def _send_stop(self, force: bool) -> None:
         self.deliver_at(self.world.now, Stop(self._core.last_serve_id, force))

@@ -33,6 +33,7 @@ from openagentcore.types import (
     SessionRequiresActionEvent,
     Turn,
     TurnCancelledEvent,
+    TurnCreatedEvent,
     TurnCompletedEvent,
     TurnFailedEvent,
 )
@@ -168,6 +169,10 @@ class Server:
         turn_id = f"turn_{session.id}_{index}"
         turn = ServerTurn(turn_id, index, steps, f"the answer of {turn_id}", fails)
         session.turns.append(turn)
+        created = TurnCreatedEvent.model_construct(
+            type="agent.session.turn.created", session_id=session.id, turn_id=turn_id, turn=None
+        )
+        self._publish(session, created)
         self._changed(session)
         self.world.later(0.0, 0.05, lambda: self._start(session, turn))
         return turn

@@ -19,14 +19,13 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import tenacity
 from typing_extensions import Unpack
 
 from .._client import AsyncClient
 from ..store import CallKey
-from ..types import Turn
 from ._base import RunnerError, RunnerOptions, ServeTimeout
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
@@ -59,6 +58,8 @@ from ._pump import (
 from ._serving_async import AsyncServing
 
 __all__ = ["AsyncFunctionRunner"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("openagentcore.runner")
 
@@ -192,12 +193,11 @@ class AsyncFunctionRunner(AsyncServing):
         if self._inbox is not None:
             self._inbox.put(Stop(self._core.last_serve_id, force))
 
-    def _follow_turn(self, serve: Serve, turn: Turn, reconnects: int) -> None:
-        self._core.start_turn(serve, turn.id, turn.status, reconnects)
-        self._core.set_until(serve, "turn")
-        # A fresh verdict: the one on "connected" may be judged again meanwhile.
+    def _change_serve(self, serve: Serve, change: Callable[[], T]) -> T:
+        result = change()
         self._verdicts[serve.id] = asyncio.get_running_loop().create_future()
         self._wake()
+        return result
 
     async def _wait(self, serve: Serve, deadline: float | None, *, interruptible: bool) -> None:
         """Wait for the pump's verdict (Ctrl-C reaches asyncio programs as a

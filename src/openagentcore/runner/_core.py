@@ -52,6 +52,7 @@ from ..types import (
     SessionEvent,
     SessionSnapshotEvent,
     TerminalTurnEvent,
+    TurnCreatedEvent,
 )
 from ._effects import (
     AskInDoubt,
@@ -133,8 +134,11 @@ _DIFFERENT_RESULT = "different result"
 _CANNOT_ACCEPT = "cannot accept this input"
 
 #: What a serve waits for: the Session idle, its Turn ended, ``stop()``, its stream
-#: connected (``run_turn`` before it sends input), or one reconciliation (``recover``).
-Mode = Literal["idle", "turn", "forever", "connected", "once"]
+#: connected (``run_turn`` before it sends input), the stream to show the Turn its input
+#: started (``run_turn`` after), or one reconciliation (``recover``).
+Mode = Literal["idle", "turn", "forever", "connected", "created", "once"]
+#: The modes of ``run_turn``, whose serve keeps what the stream shows of each Turn.
+_TURN_MODES = frozenset({"connected", "created", "turn"})
 
 
 class RunnerError(OpenAgentCoreError):
@@ -312,6 +316,11 @@ class Serve:
     messages_by_turn: dict[str, list[MessageItem]] = field(default_factory=dict)
     ends_by_turn: dict[str, str] = field(default_factory=dict)
     reconnects_at_turn_start: int = 0
+    #: Root Turns the stream showed created, in order; and, when ``expect_turn`` said the
+    #: stream can name the input's Turn, the first one created after it.
+    turns_created: list[str] = field(default_factory=list)
+    expecting_turn: bool = False
+    created_turn: str | None = None
 
     @property
     def turn_end_seen(self) -> bool:
@@ -464,13 +473,33 @@ class RunnerCore:
                         call.cancelled = True
                         self._effects.append(CancelFunction(call.key))
 
-    def set_until(self, serve: Serve, until: Mode) -> None:
-        serve.until = until
+    def expect_turn(self, serve: Serve, reconnects: int) -> bool:
+        """``run_turn`` is about to send its input; ``reconnects`` is the count now.
+
+        Whether the stream can name the Turn the input lands in, saving a request: it
+        can when the Session is idle (or failed) as far as this runner knows and no Turn
+        the stream showed created is still open, for then the input starts a Turn and
+        the first Turn created from now on is it (a Turn someone else started meanwhile
+        is one the input joins). The serve then waits (mode ``created``) for that Turn,
+        or for a reconnect, after which the caller lists the Turns instead.
+        """
+        open_turn = any(turn not in serve.ends_by_turn for turn in serve.turns_created)
+        view = self._view(serve.session_id)
+        serve.reconnects_at_turn_start = reconnects
+        serve.created_turn = None
+        serve.expecting_turn = (
+            serve.connected and view.status in _TERMINAL_STATUSES and not open_turn
+        )
+        if serve.expecting_turn:
+            serve.until = "created"
+        return serve.expecting_turn
 
     def start_turn(self, serve: Serve, turn_id: str, status: str, reconnects: int) -> None:
-        """``run_turn`` learned the Turn its input started. Its events may already have
-        come through the stream (they were kept by Turn); ``reconnects`` is the count
-        before the input was sent."""
+        """``run_turn`` learned the Turn its input started, and waits for its end. Its
+        events may already have come through the stream (they were kept by Turn);
+        ``reconnects`` is the count before the input was sent."""
+        serve.until = "turn"
+        serve.expecting_turn = False
         serve.target_turn = turn_id
         serve.target_turn_status = serve.ends_by_turn.get(turn_id, status)
         serve.reconnects_at_turn_start = reconnects
@@ -480,7 +509,11 @@ class RunnerCore:
         if serve.fatal is not None:
             raise serve.fatal
         if serve.until == "connected":
-            return serve.connected
+            # And read once: ``run_turn`` must know whether the Session is idle.
+            return serve.connected and serve.read_once
+        if serve.until == "created":
+            dropped = serve.report.reconnects != serve.reconnects_at_turn_start
+            return serve.created_turn is not None or dropped
         settled = self._settled(serve)
         if settled and self._marks_outstanding(serve.session_id):
             if not self._marks_writing and not self._marks_failed:
@@ -554,7 +587,7 @@ class RunnerCore:
                 isinstance(item, MessageItem)
                 and isinstance(event, ItemDoneEvent)
                 and item.turn_id is not None
-                and serve.until in ("connected", "turn")
+                and serve.until in _TURN_MODES
             ):
                 serve.messages_by_turn.setdefault(item.turn_id, []).append(item)
             elif isinstance(item, FunctionCallItem) and _is_complete_call(event, item):
@@ -567,10 +600,17 @@ class RunnerCore:
             status = getattr(turn, "status", None) or _terminal_status(event)
             if status == "cancelled":
                 self._cancel_turn(serve.session_id, event.turn_id)
-            if serve.until in ("connected", "turn"):
+            if serve.until in _TURN_MODES:
                 serve.ends_by_turn[event.turn_id] = status
             if event.turn_id == serve.target_turn:
                 serve.target_turn_status = status
+            return
+        if isinstance(event, TurnCreatedEvent) and serve.until in _TURN_MODES:
+            if event.turn is not None and event.turn.subagent_id is not None:
+                return  # a subagent's Turn, inside the root Turn
+            serve.turns_created.append(event.turn_id)
+            if serve.expecting_turn and serve.created_turn is None:
+                serve.created_turn = event.turn_id
 
     def _cancel_turn(self, session_id: str, turn_id: str) -> None:
         """The Turn was cancelled: its running functions are asked to stop."""

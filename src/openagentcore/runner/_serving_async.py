@@ -11,11 +11,11 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from typing import TypeVar
 
 from .._client import AsyncClient
-from ..types import Turn
 from ._base import RunnerBase, RunnerError, TurnInput, Until, input_event, left, turn_result
 from ._core import Mode, Serve
 from ._effects import PostOutcome, PostResults, ReadSession, SessionOutcome
@@ -25,6 +25,8 @@ from ._report import ServeReport, TurnOutputT, TurnResult
 from ._signals import on_shutdown_signal
 
 __all__ = ["AsyncServing"]
+
+T = TypeVar("T")
 
 
 class AsyncServing(RunnerBase, abc.ABC):
@@ -79,16 +81,27 @@ class AsyncServing(RunnerBase, abc.ABC):
             async with self._reader(serve):
                 await self._wait(serve, deadline, interruptible=False)
                 reconnects = serve.report.reconnects  # before the input is sent
+                named = self._change_serve(serve, lambda: self._core.expect_turn(serve, reconnects))
                 await self.client.sessions.events.create(
                     session_id, events=[input_event(input)], **left(deadline)
                 )
-                # The Turn is created in the same transaction that admits the input.
-                latest = await self.client.sessions.turns.list(
-                    session_id, order="desc", limit=1, **left(deadline)
+                turn_id, status = None, "queued"
+                if named:  # the stream shows the Turn, with no request
+                    await self._wait(serve, deadline, interruptible=False)
+                    turn_id = serve.created_turn
+                if turn_id is None:
+                    # The Turn is created in the same transaction that admits the input.
+                    latest = await self.client.sessions.turns.list(
+                        session_id, order="desc", limit=1, **left(deadline)
+                    )
+                    if not latest.data:
+                        raise RunnerError(
+                            f"Session {session_id} admitted the input but shows no Turn"
+                        )
+                    turn_id, status = latest.data[0].id, latest.data[0].status
+                self._change_serve(
+                    serve, lambda: self._core.start_turn(serve, turn_id, status, reconnects)
                 )
-                if not latest.data:
-                    raise RunnerError(f"Session {session_id} admitted the input but shows no Turn")
-                self._follow_turn(serve, latest.data[0], reconnects)
                 await self._wait(serve, deadline, interruptible=True)
         finally:
             self._detach(serve)
@@ -156,8 +169,9 @@ class AsyncServing(RunnerBase, abc.ABC):
         running calls finish, the second exits (where the driver sees Ctrl-C)."""
 
     @abc.abstractmethod
-    def _follow_turn(self, serve: Serve, turn: Turn, reconnects: int) -> None:
-        """Point a connected serve at the Turn its input started."""
+    def _change_serve(self, serve: Serve, change: Callable[[], T]) -> T:
+        """Apply ``change`` to the core (it changes what ``serve`` waits for) and give
+        the serve a fresh verdict: one judged before the change is spent."""
 
     @abc.abstractmethod
     def _send_stop(self, force: bool) -> None:

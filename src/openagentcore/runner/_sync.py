@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import tenacity
 from typing_extensions import Unpack
@@ -23,7 +26,6 @@ from typing_extensions import Unpack
 from .._client import Client
 from .._streaming import EventStream
 from ..store import CallKey
-from ..types import Turn
 from ._base import RunnerError, RunnerOptions, ServeTimeout
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
@@ -56,6 +58,8 @@ from ._pump import (
 from ._serving_sync import Serving
 
 __all__ = ["FunctionRunner"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("openagentcore.runner")
 
@@ -98,6 +102,8 @@ class FunctionRunner(Serving):
         self._closing = False
         #: The context of each running function, to cancel it.
         self._contexts: dict[CallKey, CallContext] = {}
+        #: On a call's thread, the work its rounds hand it (``_CallThread``).
+        self._local = threading.local()
 
     # -- public API (serve, run_turn, recover, stop: see _serving_async.py) ---------------
 
@@ -156,12 +162,12 @@ class FunctionRunner(Serving):
     def _reader(self, serve: Serve) -> _Reader:
         return _Reader(self, serve)
 
-    def _follow_turn(self, serve: Serve, turn: Turn, reconnects: int) -> None:
+    def _change_serve(self, serve: Serve, change: Callable[[], T]) -> T:
         with self._lock:
-            self._core.start_turn(serve, turn.id, turn.status, reconnects)
-            self._core.set_until(serve, "turn")
-            self._verdicts.pop(serve.id, None)  # the verdict on "connected"
+            result = change()
+            self._verdicts.pop(serve.id, None)
         self._inbox.put(Wake())
+        return result
 
     def _send_stop(self, force: bool) -> None:
         self._inbox.put(Stop(self._core.last_serve_id, force))  # safe in a signal handler
@@ -276,7 +282,9 @@ class FunctionRunner(Serving):
     def _run_function(self, effect: RunFunction) -> None:
         context = effect.context()
         self._contexts[effect.key] = context
-        self._functions.submit(self._run, effect, context)
+        job = functools.partial(self._run, effect, context)
+        if not self._take_here(job):
+            self._functions.submit(self._call_thread, job)
 
     def _cancel_function(self, effect: CancelFunction) -> None:
         running = self._contexts.get(effect.key)
@@ -284,7 +292,9 @@ class FunctionRunner(Serving):
             cancel_call(running)
 
     def _post_results(self, effect: PostResults) -> None:
-        self._http_pool.submit(lambda: self._deliver(self._post(effect)))
+        job = functools.partial(self._deliver_outcome, self._post, effect)
+        if not self._take_here(job):
+            self._http_pool.submit(job)
 
     def _read_session(self, effect: ReadSession) -> None:
         self._http_pool.submit(lambda: self._deliver(self._read(effect)))
@@ -297,6 +307,31 @@ class FunctionRunner(Serving):
     def _report_action(self, effect: ReportAction) -> None:
         assert self._on_action is not None
         self._hook_pool.submit(report_action, self._on_action, effect)
+
+    # -- a call's thread: its claim, function, save and post in a row -----------------
+
+    def _call_thread(self, first: Callable[[], None]) -> None:
+        """Runs ``first``, then what its rounds hand this thread (``_take_here``): a
+        call's claim, function, save and post need no other thread."""
+        jobs: list[Callable[[], None]] = [first]
+        self._local.jobs = jobs
+        try:
+            while jobs:
+                jobs.pop()()
+        finally:
+            self._local.jobs = None
+
+    def _take_here(self, job: Callable[[], None]) -> bool:
+        """Keep ``job`` for this call's thread, to run after its round, if it has
+        nothing else queued: one job at a time, so two functions never share it."""
+        jobs: list[Callable[[], None]] | None = getattr(self._local, "jobs", None)
+        if jobs is None or jobs:
+            return False
+        jobs.append(job)
+        return True
+
+    def _deliver_outcome(self, work: Callable[..., Message], *args: object) -> None:
+        self._deliver(work(*args))
 
     def _run(self, effect: RunFunction, context: CallContext) -> None:
         try:

@@ -1,0 +1,135 @@
+"""How ``run_turn`` learns the Turn its input started.
+
+The stream names it (the first Turn created after the input, with no request) only
+when that is sure to be the input's Turn: the Session was idle with no Turn open, and
+the stream did not drop in between. Otherwise ``run_turn`` lists the latest Turn, as it
+always did. The rules are driven here on the core directly; the end-to-end tests count
+the runner's requests against LocalCore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
+from openagentcore.runner._core import RunnerCore, Serve
+from openagentcore.runner._effects import SessionOutcome
+from openagentcore.types import Turn, TurnCompletedEvent, TurnCreatedEvent
+
+from ._support import CallLog, Harness
+from .test_delivery import register_add
+from .test_stale_reads import SESSION, _core, _read_in_flight, _session
+
+MakeCore = Callable[..., LocalCore]
+MakeHarness = Callable[..., Harness]
+
+
+def _connected(status: str) -> tuple[RunnerCore, Serve]:
+    core = _core()
+    serve = core.attach(SESSION, "connected", 0.0)
+    _read_in_flight(core, serve)
+    core.on_session_read(SessionOutcome(SESSION, _session(status)), 0.0)
+    return core, serve
+
+
+def _created(turn_id: str, subagent_id: str | None = None) -> TurnCreatedEvent:
+    turn = Turn.model_construct(
+        id=turn_id,
+        session_id=SESSION,
+        agent_id="agent_x",
+        status="queued",
+        created_at=0,
+        subagent_id=subagent_id,
+    )
+    return TurnCreatedEvent.model_construct(
+        type="agent.session.turn.created", session_id=SESSION, turn_id=turn_id, turn=turn
+    )
+
+
+def test_on_an_idle_session_the_first_turn_created_after_the_input_is_its_turn() -> None:
+    core, serve = _connected("idle")
+    assert core.expect_turn(serve, reconnects=0)
+    assert not core.finished(serve, 0.1)
+
+    core.on_event(serve, _created("turn_sub", subagent_id="sub_1"), 0.1)  # not a root Turn
+    assert not core.finished(serve, 0.1)
+    core.on_event(serve, _created("turn_mine"), 0.1)
+    core.on_event(serve, _created("turn_later"), 0.1)
+
+    assert core.finished(serve, 0.1)
+    assert serve.created_turn == "turn_mine"
+
+
+def test_a_session_at_work_joins_the_input_to_its_turn_so_the_turn_is_listed() -> None:
+    core, serve = _connected("requires_action")
+    assert not core.expect_turn(serve, reconnects=0)
+
+
+def test_a_turn_the_stream_showed_created_and_not_ended_is_one_the_input_joins() -> None:
+    """The Session read said idle, but a Turn was created since (its status event has
+    not come yet): the input joins that Turn, and no Turn is created after it."""
+    core, serve = _connected("idle")
+    core.on_event(serve, _created("turn_open"), 0.1)
+    assert not core.expect_turn(serve, reconnects=0)
+
+    ended = TurnCompletedEvent.model_construct(
+        type="agent.session.turn.completed", session_id=SESSION, turn_id="turn_open", turn=None
+    )
+    core.on_event(serve, ended, 0.2)
+    assert core.expect_turn(serve, reconnects=0)
+
+
+def test_a_drop_before_the_turn_was_seen_created_falls_back_to_listing() -> None:
+    core, serve = _connected("idle")
+    assert core.expect_turn(serve, reconnects=0)
+
+    core.on_dropped(serve)  # the created event may have been lost with the stream
+
+    assert core.finished(serve, 0.1)
+    assert serve.created_turn is None
+
+
+def test_run_turn_on_an_idle_session_makes_no_request_to_find_its_turn(
+    make_core: MakeCore, make_harness: MakeHarness
+) -> None:
+    scenario = Scenario(
+        turns=[
+            TurnScript(answer="first"),
+            TurnScript(steps=[[FunctionCall("add", {"a": 1, "b": 2})]], answer="{summary}"),
+        ]
+    )
+    harness = make_harness(make_core(scenario=scenario))
+    register_add(harness, "def", CallLog())
+    session_id = harness.create_session()
+    harness.serve(session_id)
+
+    result = harness.run_turn(session_id, "again")
+
+    assert result.status == "completed"
+    assert result.text == "Results: add: 3."
+    (latest, *_) = harness.client.sessions.turns.list(session_id, order="desc").data
+    assert result.turn_id == latest.id
+    assert harness.statuses("GET", "/turns") == []
+
+
+def test_run_turn_on_a_session_waiting_for_a_call_follows_the_turn_it_joins(
+    make_core: MakeCore, make_harness: MakeHarness
+) -> None:
+    """Input sent while a Turn waits for a result joins that Turn (steering): there is
+    no new Turn to see created, so the runner lists the latest Turn and serves it."""
+    harness = make_harness(
+        make_core(
+            scenario=Scenario(turns=[TurnScript(steps=[[FunctionCall("add", {"a": 2, "b": 5})]])])
+        )
+    )
+    register_add(harness, "def", CallLog())
+    session_id = harness.create_session()
+    harness.wait_for_pending(session_id)
+    (waiting, *_) = harness.client.sessions.turns.list(session_id, order="desc").data
+
+    result = harness.run_turn(session_id, "and hurry")
+
+    assert result.turn_id == waiting.id
+    assert result.status == "completed"
+    assert result.report.calls_run == 1
+    assert harness.statuses("GET", "/turns") == [200]
