@@ -6,11 +6,11 @@ Every failing seed is printed with a one-line command that replays exactly its h
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 import traceback
 
+from ._soak import checked, default_jobs
 from ._world import run_seed
 
 
@@ -19,26 +19,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=2000, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="the first seed")
     parser.add_argument("--seed", type=int, default=None, help="replay one seed, verbosely")
+    parser.add_argument(
+        "--jobs", type=int, default=default_jobs(), help="worker processes (default: one per core)"
+    )
     args = parser.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)
-    if args.seed is None:
-        # A soak's faults make the runner log thousands of lines; a replay shows them.
-        logging.disable(logging.CRITICAL)
-    failures = 0
     began = time.perf_counter()
-    for seed in seeds:
-        try:
-            run_seed(seed)
-        except Exception as exc:
+    if args.seed is not None:
+        outcomes = [_replay(args.seed)]
+    else:
+        seeds = range(args.start, args.start + args.seeds)
+        outcomes = list(checked(seeds, jobs=args.jobs))
+    failures = 0
+    for seed, error, _ in outcomes:
+        if error is not None:
             failures += 1
-            print(f"seed {seed} FAILED: {exc}")
-            if args.seed is not None:
-                traceback.print_exc()
+            print(f"seed {seed} FAILED: {error}")
             print(f"  replay: python -m tests.sim --seed {seed}")
     elapsed = time.perf_counter() - began
-    count = len(seeds)
-    print(f"{count - failures} passed, {failures} failed ({count} seeds in {elapsed:.1f} s)")
+    count = len(outcomes)
+    jobs = 1 if args.seed is not None else args.jobs
+    print(
+        f"{count - failures} passed, {failures} failed "
+        f"({count} seeds in {elapsed:.1f} s, {jobs} process{'es' if jobs > 1 else ''})"
+    )
     return 1 if failures else 0
+
+
+def _replay(seed: int) -> tuple[int, str | None, bool]:
+    """One seed in this process, with the runner's log and the whole traceback."""
+    try:
+        run_seed(seed)
+    except Exception as exc:
+        traceback.print_exc()
+        return seed, str(exc), True
+    return seed, None, False
 
 
 if __name__ == "__main__":

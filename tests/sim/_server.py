@@ -33,8 +33,8 @@ from openagentcore.types import (
     SessionRequiresActionEvent,
     Turn,
     TurnCancelledEvent,
-    TurnCreatedEvent,
     TurnCompletedEvent,
+    TurnCreatedEvent,
     TurnFailedEvent,
 )
 

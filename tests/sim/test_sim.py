@@ -11,7 +11,8 @@ import pytest
 from openagentcore.runner._core import Call, RunnerCore, Serve
 from openagentcore.store import CallRecord
 
-from ._world import Violation, World, run_seed
+from ._soak import checked, default_jobs
+from ._world import World, run_seed
 
 #: Seeds every CI run replays; ``python -m tests.sim --seeds N`` soaks further.
 CI_SEEDS = 2000
@@ -26,21 +27,18 @@ def _quiet() -> Iterator[None]:
 
 
 def _first_violation(mutate: Callable[[RunnerCore], None] | None) -> int | None:
-    for seed in range(CI_SEEDS):
-        try:
-            run_seed(seed, mutate=mutate)
-        except Violation:
+    for seed, _, broke_a_promise in checked(range(CI_SEEDS), jobs=default_jobs(), mutate=mutate):
+        if broke_a_promise:
             return seed
     return None
 
 
 def test_every_ci_seed_keeps_the_runner_promises() -> None:
-    failures = []
-    for seed in range(CI_SEEDS):
-        try:
-            run_seed(seed)
-        except Exception as exc:
-            failures.append(f"seed {seed}: {exc!r} (replay: python -m tests.sim --seed {seed})")
+    failures = [
+        f"seed {seed}: {error} (replay: python -m tests.sim --seed {seed})"
+        for seed, error, _ in checked(range(CI_SEEDS), jobs=default_jobs())
+        if error is not None
+    ]
     assert not failures, "\n".join(failures[:10])
 
 
@@ -91,9 +89,28 @@ def _turn_ends_seen_early_are_forgotten(core: RunnerCore) -> None:
     core.start_turn = forgetful_start_turn  # type: ignore[method-assign]
 
 
+def _turn_named_by_the_stream_even_when_busy(core: RunnerCore) -> None:
+    """Reverts the rule that the stream names ``run_turn``'s Turn only when the Session
+    was idle: input that joins a running Turn then waits for a Turn never created."""
+
+    def expect_turn(serve: Serve, reconnects: int) -> bool:
+        serve.reconnects_at_turn_start = reconnects
+        serve.created_turn = None
+        serve.expecting_turn = True
+        serve.until = "created"
+        return True
+
+    core.expect_turn = expect_turn  # type: ignore[method-assign]
+
+
 @pytest.mark.parametrize(
     "mutation",
-    [_no_attempt_cap, _stale_claims_run_again, _turn_ends_seen_early_are_forgotten],
+    [
+        _no_attempt_cap,
+        _stale_claims_run_again,
+        _turn_ends_seen_early_are_forgotten,
+        _turn_named_by_the_stream_even_when_busy,
+    ],
 )
 def test_the_simulator_finds_a_reverted_fix_within_the_ci_budget(
     mutation: Callable[[RunnerCore], None],

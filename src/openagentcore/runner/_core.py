@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -1318,17 +1318,15 @@ class RunnerCore:
         self._time_out(now)
         self._start_queued(now)
         self._take_batches(now)
-        for view in self._sessions.values():
-            read_at = self._next_read(view)
+        for session_id, serves in self._serves_by_session.items():
+            view = self._view(session_id)
+            read_at = self._next_read(view, serves.values())
             if read_at is not None and read_at <= now:
                 view.reading = True
                 view.read_at = None
                 view.snapshots_when_read = view.snapshots_streamed
-                turn = next(
-                    (s.target_turn for s in self._serves_of(view.session_id) if s.target_turn),
-                    None,
-                )
-                self._effects.append(ReadSession(view.session_id, turn))
+                turn = next((s.target_turn for s in serves.values() if s.target_turn), None)
+                self._effects.append(ReadSession(session_id, turn))
         if (
             self._marks
             and not self._marks_writing
@@ -1378,8 +1376,8 @@ class RunnerCore:
                 due.append(call.ready_at + BATCH_LINGER)
             elif call.phase is Phase.RUNNING and call.deadline is not None:
                 due.append(call.deadline)
-        for view in self._sessions.values():
-            read_at = self._next_read(view)
+        for session_id, serves in self._serves_by_session.items():
+            read_at = self._next_read(self._view(session_id), serves.values())
             if read_at is not None:
                 due.append(read_at)
         if self._marks and not self._marks_writing:
@@ -1388,11 +1386,11 @@ class RunnerCore:
             due.append(self._renew_at)
         return max(0.0, min(due) - now)
 
-    def _next_read(self, view: _SessionView) -> float | None:
-        """When the Session should be read next, if at all."""
-        serves = self._serves_of(view.session_id)
+    def _next_read(self, view: _SessionView, serves: Iterable[Serve]) -> float | None:
+        """When the Session should be read next, if at all (only Sessions with serves
+        are ever read)."""
         if view.reading or all(serve.until == "once" and serve.read_once for serve in serves):
-            return None  # nobody follows the Session, or one pass (recover) is done
+            return None  # one pass (recover) is done
         if view.read_at is not None:
             return view.read_at
         # While the Session waits on calls other workers hold, no event may come for a
