@@ -9,6 +9,7 @@ the runner's requests against LocalCore.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
@@ -117,12 +118,18 @@ def test_run_turn_on_a_session_waiting_for_a_call_follows_the_turn_it_joins(
 ) -> None:
     """Input sent while a Turn waits for a result joins that Turn (steering): there is
     no new Turn to see created, so the runner lists the latest Turn and serves it."""
-    harness = make_harness(
-        make_core(
-            scenario=Scenario(turns=[TurnScript(steps=[[FunctionCall("add", {"a": 2, "b": 5})]])])
-        )
-    )
-    register_add(harness, "def", CallLog())
+    scenario = Scenario(turns=[TurnScript(steps=[[FunctionCall("add", {"a": 2, "b": 5})]])])
+    harness = make_harness(make_core(scenario=scenario))
+
+    def add(a: int, b: int) -> int:
+        """Add, once the runner has sent its input: the Turn waits for this result."""
+        deadline = time.monotonic() + 5
+        while not harness.statuses("POST", "/events"):
+            assert time.monotonic() < deadline, "run_turn sent no input"
+            time.sleep(0.01)
+        return a + b
+
+    harness.runner.function(name="add")(add)
     session_id = harness.create_session()
     harness.wait_for_pending(session_id)
     (waiting, *_) = harness.client.sessions.turns.list(session_id, order="desc").data

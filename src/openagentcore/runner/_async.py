@@ -26,35 +26,11 @@ from typing_extensions import Unpack
 
 from .._client import AsyncClient
 from ..store import CallKey
+from . import _pump as pump
 from ._base import RunnerError, RunnerOptions, ServeTimeout
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
-from ._effects import (
-    AskInDoubt,
-    CancelFunction,
-    FunctionOutcome,
-    PostResults,
-    ReadSession,
-    ReportAction,
-    RunFunction,
-    perform_store,
-)
 from ._execution import call_async, call_sync
-from ._pump import (
-    Connected,
-    Dropped,
-    Message,
-    Outage,
-    Received,
-    Stop,
-    StreamFailed,
-    Wake,
-    ask_in_doubt,
-    carry,
-    reconnectable,
-    report_action,
-    run_round,
-)
 from ._serving_async import AsyncServing
 
 __all__ = ["AsyncFunctionRunner"]
@@ -72,22 +48,22 @@ class _Inbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._loop_thread = threading.get_ident()
-        self._items: deque[Message] = deque()
+        self._items: deque[pump.Message] = deque()
         self._ready = asyncio.Event()
 
-    def put(self, message: Message) -> None:
+    def put(self, message: pump.Message) -> None:
         self._items.append(message)
         if threading.get_ident() == self._loop_thread:
             self._ready.set()  # no wake-up pipe needed on the loop's own thread
         else:
             self._loop.call_soon_threadsafe(self._ready.set)
 
-    def put_threadsafe(self, message: Message) -> None:
+    def put_threadsafe(self, message: pump.Message) -> None:
         """``put`` that always wakes the loop through its pipe (for signal handlers)."""
         self._items.append(message)
         self._loop.call_soon_threadsafe(self._ready.set)
 
-    async def drain(self, wait: float) -> list[Message]:
+    async def drain(self, wait: float) -> list[pump.Message]:
         if not self._items:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._ready.wait(), wait)
@@ -120,7 +96,7 @@ class AsyncFunctionRunner(AsyncServing):
         #: The context of each running function, and the task of each coroutine one,
         #: to cancel them.
         self._contexts: dict[CallKey, CallContext] = {}
-        self._cancellable: dict[CallKey, asyncio.Future[FunctionOutcome]] = {}
+        self._cancellable: dict[CallKey, asyncio.Future[pump.FunctionOutcome]] = {}
         # Plain functions get threads of their own: in asyncio's shared default pool
         # (a few threads on a small machine) they would run fewer than max_concurrency
         # at once and queue the runner's own store calls behind them.
@@ -181,17 +157,17 @@ class AsyncFunctionRunner(AsyncServing):
 
     def _wake(self) -> None:
         assert self._inbox is not None
-        self._inbox.put(Wake())
+        self._inbox.put(pump.Wake())
 
     def _stop_from_signal(self) -> None:
         """Runs in a signal handler: only the loop's wake-up pipe is safe to touch."""
         inbox = self._inbox
         assert inbox is not None
-        inbox.put_threadsafe(Stop(self._core.last_serve_id))
+        inbox.put_threadsafe(pump.Stop(self._core.last_serve_id))
 
     def _send_stop(self, force: bool) -> None:
         if self._inbox is not None:
-            self._inbox.put(Stop(self._core.last_serve_id, force))
+            self._inbox.put(pump.Stop(self._core.last_serve_id, force))
 
     def _change_serve(self, serve: Serve, change: Callable[[], T]) -> T:
         result = change()
@@ -242,7 +218,7 @@ class AsyncFunctionRunner(AsyncServing):
         while not self._closing:
             wait = self._core.next_wakeup(time.monotonic())
             messages = await self._inbox.drain(wait)
-            decided = run_round(self._core, self._observer, messages, time.monotonic())
+            decided = pump.run_round(self._core, self._observer, messages, time.monotonic())
             for serve_id, error in decided.verdicts.items():
                 future = self._verdicts.get(serve_id)
                 if future is None or future.done():
@@ -252,12 +228,12 @@ class AsyncFunctionRunner(AsyncServing):
                 else:
                     future.set_exception(error)
             self._changed.set()
-            for store_call in carry(self, decided.effects):
-                self._in_thread(functools.partial(perform_store, store_call, self.store))
+            for store_call in pump.carry(self, decided.effects):
+                self._in_thread(functools.partial(pump.perform_store, store_call, self.store))
 
     # -- effects, as a Carrier: outcomes come back through the inbox ---------------------
 
-    def _run_function(self, effect: RunFunction) -> None:
+    def _run_function(self, effect: pump.RunFunction) -> None:
         context = effect.context()
         task = asyncio.ensure_future(self._run(effect, context))
         if effect.function.is_async:
@@ -265,7 +241,7 @@ class AsyncFunctionRunner(AsyncServing):
         self._contexts[effect.key] = context
         self._deliver(task)
 
-    def _cancel_function(self, effect: CancelFunction) -> None:
+    def _cancel_function(self, effect: pump.CancelFunction) -> None:
         running = self._contexts.get(effect.key)
         if running is not None:
             cancel_call(running)  # a plain function sees it; a coroutine is cancelled
@@ -273,19 +249,19 @@ class AsyncFunctionRunner(AsyncServing):
             if cancellable is not None:
                 cancellable.cancel()
 
-    def _post_results(self, effect: PostResults) -> None:
+    def _post_results(self, effect: pump.PostResults) -> None:
         self._spawn(self._post(effect))
 
-    def _read_session(self, effect: ReadSession) -> None:
+    def _read_session(self, effect: pump.ReadSession) -> None:
         self._spawn(self._read(effect))
 
-    def _ask_in_doubt(self, effect: AskInDoubt) -> None:
+    def _ask_in_doubt(self, effect: pump.AskInDoubt) -> None:
         assert self._on_in_doubt is not None
-        self._in_thread(functools.partial(ask_in_doubt, self._on_in_doubt, effect))
+        self._in_thread(functools.partial(pump.ask_in_doubt, self._on_in_doubt, effect))
 
-    def _report_action(self, effect: ReportAction) -> None:
+    def _report_action(self, effect: pump.ReportAction) -> None:
         assert self._on_action is not None
-        self._in_thread(functools.partial(report_action, self._on_action, effect))
+        self._in_thread(functools.partial(pump.report_action, self._on_action, effect))
 
     def _in_thread(self, work: Callable[[], Any]) -> None:
         """Blocking work (the store, the application's hooks) in the runner's threads."""
@@ -311,7 +287,7 @@ class AsyncFunctionRunner(AsyncServing):
 
         future.add_done_callback(done)
 
-    async def _run(self, effect: RunFunction, context: CallContext) -> FunctionOutcome:
+    async def _run(self, effect: pump.RunFunction, context: CallContext) -> pump.FunctionOutcome:
         try:
             if effect.function.is_async:
                 return await call_async(effect, self._hooks, context)
@@ -321,7 +297,7 @@ class AsyncFunctionRunner(AsyncServing):
             # No result (SystemExit, or the runner closing): the call is in doubt; the
             # pump must hear of it all the same.
             assert self._inbox is not None
-            self._inbox.put(FunctionOutcome(effect.key, None))
+            self._inbox.put(pump.FunctionOutcome(effect.key, None))
             raise
         finally:
             self._contexts.pop(effect.key, None)
@@ -343,9 +319,9 @@ class AsyncFunctionRunner(AsyncServing):
         put = self._inbox.put
         while True:
             limit = None if serve.until == "forever" else self.unreachable_timeout
-            outage = Outage(self.client.base_url, limit)
+            outage = pump.Outage(self.client.base_url, limit)
             retrying = tenacity.AsyncRetrying(
-                retry=tenacity.retry_if_exception(reconnectable),
+                retry=tenacity.retry_if_exception(pump.reconnectable),
                 stop=outage,
                 wait=tenacity.wait_random_exponential(
                     multiplier=0.05, max=self.reconnect_max_delay
@@ -357,16 +333,16 @@ class AsyncFunctionRunner(AsyncServing):
                     with attempt:
                         stream = await self.client.sessions.events.stream(serve.session_id)
             except Exception as exc:
-                put(StreamFailed(serve.id, outage.error(exc)))
+                put(pump.StreamFailed(serve.id, outage.error(exc)))
                 return
-            put(Connected(serve.id))
+            put(pump.Connected(serve.id))
             error: BaseException | None = None
             try:
                 async for event in stream:
-                    put(Received(serve.id, event))
+                    put(pump.Received(serve.id, event))
             except Exception as exc:
                 error = exc
             finally:
                 await stream.close()
             logger.info("Event stream of %s ended (%s); reconnecting", serve.session_id, error)
-            put(Dropped(serve.id))
+            put(pump.Dropped(serve.id))

@@ -33,9 +33,20 @@ from ._effects import (
     SessionOutcome,
     StoreAnswer,
     StoreEffect,
+    perform_store,
 )
 
+# Drivers use this module as their one vocabulary (``from . import _pump as pump``):
+# the messages they feed, the effects they carry out, and the helpers both share.
 __all__ = [
+    "AskInDoubt",
+    "CancelFunction",
+    "FunctionOutcome",
+    "PostResults",
+    "ReadSession",
+    "ReportAction",
+    "RunFunction",
+    "perform_store",
     "Connected",
     "Dropped",
     "Message",

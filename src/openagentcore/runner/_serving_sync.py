@@ -79,9 +79,7 @@ class Serving(RunnerBase, abc.ABC):
             with self._reader(serve):
                 self._wait(serve, deadline, interruptible=False)
                 reconnects = serve.report.reconnects  # before the input is sent
-                named = self._change_serve(
-                    serve, lambda: self._core.expect_turn(serve, reconnects)
-                )
+                named = self._change_serve(serve, lambda: self._core.expect_turn(serve, reconnects))
                 self.client.sessions.events.create(
                     session_id, events=[input_event(input)], **left(deadline)
                 )

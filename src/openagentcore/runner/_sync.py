@@ -1,10 +1,11 @@
 """``FunctionRunner``: the blocking driver of :class:`RunnerCore`.
 
-One pump thread owns the core: it feeds it messages and hands the effects it returns
-to thread pools (store, HTTP, functions), whose outcomes come back as messages. Each
-``serve`` attaches to the core, follows its Session's stream in a reader thread and
-waits for the pump's verdict. The pump outlives any one serve, so a function still
-running when its serve ends is saved and posted all the same.
+The thread that has news for the core runs the core's round itself, under the
+runner's lock, and carries out the store calls the round asks for: a stream's reader,
+a function's thread (which also posts the function's result), a request's thread.
+The pump thread only keeps time (lease renewals, backoffs, timeouts) and outlives
+any one serve, so a function still running when its serve ends is saved and posted
+all the same.
 """
 
 from __future__ import annotations
@@ -26,35 +27,11 @@ from typing_extensions import Unpack
 from .._client import Client
 from .._streaming import EventStream
 from ..store import CallKey
+from . import _pump as pump
 from ._base import RunnerError, RunnerOptions, ServeTimeout
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve
-from ._effects import (
-    AskInDoubt,
-    CancelFunction,
-    FunctionOutcome,
-    PostResults,
-    ReadSession,
-    ReportAction,
-    RunFunction,
-    perform_store,
-)
 from ._execution import Hooks, call_async, call_sync
-from ._pump import (
-    Connected,
-    Dropped,
-    Message,
-    Outage,
-    Received,
-    Stop,
-    StreamFailed,
-    Wake,
-    ask_in_doubt,
-    carry,
-    reconnectable,
-    report_action,
-    run_round,
-)
 from ._serving_sync import Serving
 
 __all__ = ["FunctionRunner"]
@@ -63,8 +40,9 @@ T = TypeVar("T")
 
 logger = logging.getLogger("openagentcore.runner")
 
-#: Threads for the application's hooks (on_in_doubt, on_action) and for HTTP requests.
-#: Store calls run on the pump itself; a hanging request never delays a lease renewal.
+#: Threads for the application's hooks (on_in_doubt, on_action) and for the requests no
+#: function's thread makes (Session reads, resubmissions): a hanging request never
+#: delays a lease renewal, which the pump makes.
 _HOOK_THREADS = 2
 _HTTP_THREADS = 4
 #: How often a coroutine function run by the sync runner looks for its cancellation.
@@ -88,10 +66,12 @@ class FunctionRunner(Serving):
         #: while someone waits for calls to settle (``_waiting_for_idle``).
         self._changed = threading.Condition(self._lock)
         self._waiting_for_idle = 0
-        self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[pump.Message] = queue.SimpleQueue()
         self._verdicts: dict[int, BaseException | None] = {}
+        #: The core runs at most ``max_concurrency`` functions; the other threads post
+        #: results on the thread whose function made them (``_take_here``).
         self._functions = ThreadPoolExecutor(
-            self.max_concurrency, thread_name_prefix="openagentcore-call"
+            self.max_concurrency + _HTTP_THREADS, thread_name_prefix="openagentcore-call"
         )
         self._hook_pool = ThreadPoolExecutor(_HOOK_THREADS, thread_name_prefix="oac-hooks")
         self._http_pool = ThreadPoolExecutor(_HTTP_THREADS, thread_name_prefix="oac-http")
@@ -102,7 +82,7 @@ class FunctionRunner(Serving):
         self._closing = False
         #: The context of each running function, to cancel it.
         self._contexts: dict[CallKey, CallContext] = {}
-        #: On a call's thread, the work its rounds hand it (``_CallThread``).
+        #: On a function's thread, the jobs its rounds hand it (``_take_here``).
         self._local = threading.local()
 
     # -- public API (serve, run_turn, recover, stop: see _serving_async.py) ---------------
@@ -124,7 +104,7 @@ class FunctionRunner(Serving):
             self._waiting_for_idle -= 1
             self._closing = True
             thread = self._pump_thread
-        self._inbox.put(Wake())
+        self._inbox.put(pump.Wake())
         if thread is not None:
             thread.join()
         self._functions.shutdown(wait=False)
@@ -150,14 +130,14 @@ class FunctionRunner(Serving):
                     target=self._pump, name="openagentcore-runner", daemon=True
                 )
                 self._pump_thread.start()
-        self._inbox.put(Wake())
+        self._inbox.put(pump.Wake())
         return serve
 
     def _detach(self, serve: Serve) -> None:
         with self._lock:
             self._core.detach(serve, time.monotonic())
             self._verdicts.pop(serve.id, None)
-        self._inbox.put(Wake())
+        self._inbox.put(pump.Wake())
 
     def _reader(self, serve: Serve) -> _Reader:
         return _Reader(self, serve)
@@ -166,11 +146,11 @@ class FunctionRunner(Serving):
         with self._lock:
             result = change()
             self._verdicts.pop(serve.id, None)
-        self._inbox.put(Wake())
+        self._inbox.put(pump.Wake())
         return result
 
     def _send_stop(self, force: bool) -> None:
-        self._inbox.put(Stop(self._core.last_serve_id, force))  # safe in a signal handler
+        self._inbox.put(pump.Stop(self._core.last_serve_id, force))  # safe in a signal handler
 
     def _stop_from_signal(self) -> None:
         self.stop()
@@ -190,7 +170,7 @@ class FunctionRunner(Serving):
                 logger.warning("Interrupted: finishing running calls; press Ctrl-C again to exit")
                 with self._lock:
                     serve.stopping = True
-                self._inbox.put(Wake())
+                self._inbox.put(pump.Wake())
 
     def _await_verdict(self, serve: Serve, deadline: float | None) -> None:
         with self._lock:
@@ -207,7 +187,7 @@ class FunctionRunner(Serving):
             # Out of time: give back claims nobody will run, let running calls finish
             # and post within the grace, then report.
             self._core.detach(serve, time.monotonic())
-            self._inbox.put(Wake())
+            self._inbox.put(pump.Wake())
             grace_end = time.monotonic() + self.shutdown_grace
             self._waiting_for_idle += 1
             try:
@@ -237,7 +217,7 @@ class FunctionRunner(Serving):
             self._fail(exc)
             raise
 
-    def _deliver(self, message: Message) -> None:
+    def _deliver(self, message: pump.Message) -> None:
         """Hand an outcome to the core on the thread that has it, with no hand-off to
         the pump: the stream's reader, a function's thread or a request's thread runs
         the round itself (under the lock) and carries out the store calls it asks for."""
@@ -246,26 +226,26 @@ class FunctionRunner(Serving):
         except Exception as exc:
             self._fail(exc)
 
-    def _rounds(self, messages: list[Message], *, on_pump: bool = False) -> None:
+    def _rounds(self, messages: list[pump.Message], *, on_pump: bool = False) -> None:
         while True:
             with self._lock:
                 if self._closing:
                     return
                 now = time.monotonic()
-                decided = run_round(self._core, self._observer, messages, now)
+                decided = pump.run_round(self._core, self._observer, messages, now)
                 self._verdicts.update(decided.verdicts)
                 if decided.verdicts or self._waiting_for_idle:
                     self._changed.notify_all()  # wake waiters only when it may matter
                 # Started under the lock, so in the core's order.
-                store_calls = carry(self, decided.effects)
+                store_calls = pump.carry(self, decided.effects)
                 # A round elsewhere may make something due before the pump looks again
                 # (the pump itself looks again right after its own rounds).
                 if not on_pump and now + self._core.next_wakeup(now) < self._pump_due:
                     self._pump_due = now
-                    self._inbox.put(Wake())
+                    self._inbox.put(pump.Wake())
             # Store calls run right here, one after another, and their answers go
             # straight back in; requests and functions went to their pools.
-            messages = [perform_store(effect, self.store) for effect in store_calls]
+            messages = [pump.perform_store(effect, self.store) for effect in store_calls]
             if not messages:
                 return
 
@@ -279,40 +259,40 @@ class FunctionRunner(Serving):
 
     # -- effects, as a Carrier: outcomes come back through _deliver -----------------------
 
-    def _run_function(self, effect: RunFunction) -> None:
+    def _run_function(self, effect: pump.RunFunction) -> None:
         context = effect.context()
         self._contexts[effect.key] = context
         job = functools.partial(self._run, effect, context)
         if not self._take_here(job):
-            self._functions.submit(self._call_thread, job)
+            self._functions.submit(self._function_thread, job)
 
-    def _cancel_function(self, effect: CancelFunction) -> None:
+    def _cancel_function(self, effect: pump.CancelFunction) -> None:
         running = self._contexts.get(effect.key)
         if running is not None:
             cancel_call(running)
 
-    def _post_results(self, effect: PostResults) -> None:
+    def _post_results(self, effect: pump.PostResults) -> None:
         job = functools.partial(self._deliver_outcome, self._post, effect)
         if not self._take_here(job):
             self._http_pool.submit(job)
 
-    def _read_session(self, effect: ReadSession) -> None:
+    def _read_session(self, effect: pump.ReadSession) -> None:
         self._http_pool.submit(lambda: self._deliver(self._read(effect)))
 
-    def _ask_in_doubt(self, effect: AskInDoubt) -> None:
+    def _ask_in_doubt(self, effect: pump.AskInDoubt) -> None:
         assert self._on_in_doubt is not None
         hook = self._on_in_doubt
-        self._hook_pool.submit(lambda: self._deliver(ask_in_doubt(hook, effect)))
+        self._hook_pool.submit(lambda: self._deliver(pump.ask_in_doubt(hook, effect)))
 
-    def _report_action(self, effect: ReportAction) -> None:
+    def _report_action(self, effect: pump.ReportAction) -> None:
         assert self._on_action is not None
-        self._hook_pool.submit(report_action, self._on_action, effect)
+        self._hook_pool.submit(pump.report_action, self._on_action, effect)
 
-    # -- a call's thread: its claim, function, save and post in a row -----------------
+    # -- a function's thread: the function, its save and its post in a row --------------
 
-    def _call_thread(self, first: Callable[[], None]) -> None:
+    def _function_thread(self, first: Callable[[], None]) -> None:
         """Runs ``first``, then what its rounds hand this thread (``_take_here``): a
-        call's claim, function, save and post need no other thread."""
+        function's result is saved and posted with no other thread."""
         jobs: list[Callable[[], None]] = [first]
         self._local.jobs = jobs
         try:
@@ -322,7 +302,7 @@ class FunctionRunner(Serving):
             self._local.jobs = None
 
     def _take_here(self, job: Callable[[], None]) -> bool:
-        """Keep ``job`` for this call's thread, to run after its round, if it has
+        """Keep ``job`` for this function's thread, to run after its round, if it has
         nothing else queued: one job at a time, so two functions never share it."""
         jobs: list[Callable[[], None]] | None = getattr(self._local, "jobs", None)
         if jobs is None or jobs:
@@ -330,10 +310,10 @@ class FunctionRunner(Serving):
         jobs.append(job)
         return True
 
-    def _deliver_outcome(self, work: Callable[..., Message], *args: object) -> None:
+    def _deliver_outcome(self, work: Callable[..., pump.Message], *args: object) -> None:
         self._deliver(work(*args))
 
-    def _run(self, effect: RunFunction, context: CallContext) -> None:
+    def _run(self, effect: pump.RunFunction, context: CallContext) -> None:
         try:
             if effect.function.is_async:
                 outcome = asyncio.run(_cancellable(effect, self._hooks, context))
@@ -342,7 +322,7 @@ class FunctionRunner(Serving):
         except BaseException:
             # SystemExit or the like inside the function: no result, so the call is
             # in doubt; the pump must hear of it all the same.
-            self._inbox.put(FunctionOutcome(effect.key, None))
+            self._inbox.put(pump.FunctionOutcome(effect.key, None))
             raise
         finally:
             self._contexts.pop(effect.key, None)
@@ -373,19 +353,19 @@ class _Reader:
     def _run(self) -> None:
         put, serve_id = self.runner._deliver, self.serve.id
         while not self._stop.is_set():
-            outage = Outage(self.runner.client.base_url, self._limit())
+            outage = pump.Outage(self.runner.client.base_url, self._limit())
             try:
                 stream = self._open(outage)
             except Exception as exc:
-                put(StreamFailed(serve_id, outage.error(exc)))
+                put(pump.StreamFailed(serve_id, outage.error(exc)))
                 return
             if stream is None:
                 return
-            put(Connected(serve_id))
+            put(pump.Connected(serve_id))
             error: BaseException | None = None
             try:
                 for event in stream:
-                    put(Received(serve_id, event))
+                    put(pump.Received(serve_id, event))
             except Exception as exc:
                 error = exc
             finally:
@@ -393,7 +373,7 @@ class _Reader:
             if self._stop.is_set():
                 return
             logger.info("Event stream of %s ended (%s); reconnecting", self.serve.session_id, error)
-            put(Dropped(serve_id))
+            put(pump.Dropped(serve_id))
 
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
@@ -403,9 +383,9 @@ class _Reader:
         gives up, one that serves forever does not."""
         return None if self.serve.until == "forever" else self.runner.unreachable_timeout
 
-    def _open(self, outage: Outage) -> EventStream | None:
+    def _open(self, outage: pump.Outage) -> EventStream | None:
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(reconnectable),
+            retry=tenacity.retry_if_exception(pump.reconnectable),
             stop=outage,
             wait=tenacity.wait_random_exponential(
                 multiplier=0.05, max=self.runner.reconnect_max_delay
@@ -424,7 +404,9 @@ class _Reader:
         return None  # pragma: no cover - tenacity always returns or raises
 
 
-async def _cancellable(effect: RunFunction, hooks: Hooks, context: CallContext) -> FunctionOutcome:
+async def _cancellable(
+    effect: pump.RunFunction, hooks: Hooks, context: CallContext
+) -> pump.FunctionOutcome:
     """Run a coroutine function on this thread's own loop, cancelled when the runner
     sets ``context.cancelled`` (its Turn was cancelled or its time ran out)."""
     task = asyncio.ensure_future(call_async(effect, hooks, context))
@@ -437,7 +419,7 @@ async def _cancellable(effect: RunFunction, hooks: Hooks, context: CallContext) 
     return task.result()
 
 
-def _drain(inbox: queue.SimpleQueue[Message], wait: float) -> list[Message]:
+def _drain(inbox: queue.SimpleQueue[pump.Message], wait: float) -> list[pump.Message]:
     """Every message waiting, after waiting up to ``wait`` seconds for the first."""
     try:
         messages = [inbox.get(timeout=wait)]
