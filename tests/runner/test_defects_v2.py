@@ -527,6 +527,47 @@ def test_defect_03_refused_result_is_rejected_never_pruned_never_rerun(
     assert len(runs.runs) == 1
 
 
+def test_run_turn_returns_when_its_turn_waits_on_a_refused_result(
+    make_core: MakeCore, proxied: ProxiedHarness
+) -> None:
+    """The Turn cannot end until a person settles the refused result: run_turn says so
+    at once (the Turn's status, the call in ``report.rejected``) instead of waiting out
+    its timeout and raising ServeTimeout."""
+    scenario = Scenario(
+        turns=[
+            TurnScript(answer="ready"),
+            TurnScript(steps=[[FunctionCall("charge", {"order": "o1"})]], answer="{summary}"),
+        ]
+    )
+    harness, proxy = proxied(make_core(scenario=scenario))
+    runs = CallLog()
+
+    def charge(order: str) -> str:
+        """Charge an order."""
+        runs.enter("charge", order)
+        runs.leave()
+        return f"charged {order}"
+
+    harness.runner.function(charge)
+    session_id = harness.create_session()
+    harness.serve(session_id)
+    proxy.rule = lambda method, path, body: (
+        api_error(422, "invalid_value", "The result is not acceptable.")
+        if is_result_post(method, path, body)
+        else None
+    )
+
+    started = time.monotonic()
+    result = harness.run_turn(session_id, "Charge it.", timeout=20)
+
+    assert time.monotonic() - started < 10
+    assert result.status == "waiting"
+    assert result.text is None
+    (key,) = result.report.rejected
+    assert key.turn_id == result.turn_id
+    assert len(runs.runs) == 1
+
+
 def _report_of(serve: Callable[[], Any]) -> Any:
     """The report of a serve, whether it ended or timed out (core v2's timeout carries it)."""
     try:

@@ -489,12 +489,22 @@ class Server:
 
     # -- what run_turn returned ----------------------------------------------------------
 
-    def check_turn_result(self, result: TurnResult[Any]) -> None:
-        """``run_turn`` returned: its Turn ended, with that status and that answer."""
+    def check_turn_result(self, result: TurnResult[Any]) -> bool:
+        """``run_turn`` returned: its Turn ended, with that status and that answer; or
+        it waits on a result the server refused (then True: a person must look)."""
         seed = self.world.seed
         turn = self.sessions[result.session_id].turn(result.turn_id)
         if turn is None:
             raise Violation(f"seed {seed}: run_turn returned an unknown Turn {result.turn_id}")
+        if result.status == "waiting":
+            # Returned early: a snapshot after the refusal still showed the Turn waiting
+            # on that call (someone may settle it since, so only the reason is checked).
+            if not any(key.turn_id == turn.id for key in result.report.rejected):
+                raise Violation(
+                    f"seed {seed}: run_turn returned {turn.id} waiting, with no refused "
+                    "result of that Turn to explain it"
+                )
+            return True
         if not turn.ended or result.status != turn.status:
             raise Violation(
                 f"seed {seed}: run_turn returned status {result.status!r} for "
@@ -505,6 +515,7 @@ class Server:
                 f"seed {seed}: run_turn returned the text {result.text!r} for {turn.id}, "
                 f"whose answer is {turn.answer!r}"
             )
+        return False
 
 
 def status_error(

@@ -103,9 +103,16 @@ def _turn_named_by_the_stream_even_when_busy(core: RunnerCore) -> None:
     core.expect_turn = expect_turn  # type: ignore[method-assign]
 
 
+def _refused_results_waited_out(core: RunnerCore) -> None:
+    """Reverts run_turn's return of a Turn that waits on a refused result: it waits
+    until its timeout instead, for an end only a person can bring."""
+    core._refused_in_turn = lambda serve: []  # type: ignore[method-assign]
+
+
 @pytest.mark.parametrize(
     "mutation",
     [
+        _refused_results_waited_out,
         _no_attempt_cap,
         _stale_claims_run_again,
         _turn_ends_seen_early_are_forgotten,

@@ -357,6 +357,11 @@ class _SessionView:
     #: flight was sent: a read must not undo a snapshot newer than itself.
     snapshots_streamed: int = 0
     snapshots_when_read: int = 0
+    #: Snapshots reconciled so far, and for each result the server refused, how many
+    #: there were then: a Turn waits on a refused result only as far as a later
+    #: snapshot shows (the call may have been settled meanwhile).
+    snapshots: int = 0
+    refused: dict[CallKey, int] = field(default_factory=dict)
 
 
 class RunnerCore:
@@ -521,7 +526,23 @@ class RunnerCore:
             return False
         if settled:
             serve.report.final_status = self._view(serve.session_id).status
+            refused = self._refused_in_turn(serve) if serve.until == "turn" else []
+            if refused and serve.target_turn_status not in _TURN_ENDED:
+                serve.target_turn_status = "waiting"
+                for key in refused:  # refused before this serve attached, too
+                    if key not in serve.report.rejected:
+                        serve.report.rejected.append(key)
         return settled
+
+    def _refused_in_turn(self, serve: Serve) -> list[CallKey]:
+        """The refused results ``run_turn``'s Turn waits on: it cannot end until a person
+        settles them, so it is returned as it is, not waited out."""
+        view = self._view(serve.session_id)
+        return [
+            key
+            for key, seen in view.refused.items()
+            if key.turn_id == serve.target_turn and key in view.pending and view.snapshots > seen
+        ]
 
     def busy(self, session_id: str | None = None) -> bool:
         """Whether calls (of one Session, or any) still need this runner."""
@@ -548,7 +569,7 @@ class RunnerCore:
         if serve.until == "forever":
             return False
         if serve.until == "turn":
-            return serve.target_turn_status in _TURN_ENDED
+            return serve.target_turn_status in _TURN_ENDED or bool(self._refused_in_turn(serve))
         if view.status == "requires_action":
             # Waiting only on what this runner cannot do (other functions, approvals,
             # an Environment): serving longer would change nothing.
@@ -685,6 +706,8 @@ class RunnerCore:
                 self._report_action(view, action)
         view.pending = frozenset(call.key for call in pending)
         view.not_mine &= view.pending
+        view.snapshots += 1
+        view.refused = {key: n for key, n in view.refused.items() if key in view.pending}
         # Forget settled calls the server no longer waits on: memory stays bounded.
         for call in list(view.calls.values()):
             if call.phase in _IDLE_PHASES and call.key not in view.pending:
@@ -1189,7 +1212,10 @@ class RunnerCore:
     def _rejected(self, call: Call, record: CallRecord, now: float, *, newly: bool) -> None:
         """A result the server refused: never re-run, never pruned, reported each time."""
         self._report_key(call.key.session_id, "rejected", call.key)
-        self._view(call.key.session_id).not_mine.add(call.key)
+        view = self._view(call.key.session_id)
+        view.not_mine.add(call.key)
+        view.refused.setdefault(call.key, view.snapshots)
+        self._want_read(view, now)  # does the Turn still wait on it?
         if newly:
             self._queue_mark(call.key, CallState.REJECTED, now)
         self._done(call, "rejected")

@@ -69,6 +69,10 @@ class Serving(RunnerBase, abc.ABC):
         Subscribes before sending, so no event of the Turn is missed. With
         ``output_type`` (a pydantic model or any type pydantic validates), the answer is
         parsed into :attr:`TurnResult.output`.
+
+        A Turn that waits on a result the server refused cannot end until a person
+        settles that call: it is returned as it is, with status ``"waiting"`` and the
+        call in ``report.rejected``, instead of being waited out.
         """
         deadline = _deadline(timeout)
         if output_type is not None:
