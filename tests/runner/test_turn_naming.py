@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
-from openagentcore.runner._core import RunnerCore, Serve
+from openagentcore.runner._core import RunnerCore, Serve, heeds
 from openagentcore.runner._effects import SessionOutcome
 from openagentcore.types import Turn, TurnCompletedEvent, TurnCreatedEvent
 
@@ -140,3 +140,71 @@ def test_run_turn_on_a_session_waiting_for_a_call_follows_the_turn_it_joins(
     assert result.status == "completed"
     assert result.report.calls_run == 1
     assert harness.statuses("GET", "/turns") == [200]
+
+
+def test_a_driver_that_skips_the_events_the_core_does_not_heed_ends_in_the_same_state(
+    make_core: MakeCore, make_harness: MakeHarness
+) -> None:
+    """Readers skip a round for text deltas, content parts, Turns starting and calls
+    still streaming their arguments (``heeds``): fed a real Turn's events, a core given
+    only the heeded ones decides exactly what a core given all of them does."""
+    scenario = Scenario(
+        turns=[
+            TurnScript(answer="ready"),
+            TurnScript(steps=[[FunctionCall("add", {"a": 1, "b": 2})]], answer="a long {summary}"),
+        ]
+    )
+    harness = make_harness(make_core(scenario=scenario))
+    register_add(harness, "def", CallLog())
+    session_id = harness.create_session()
+    harness.serve(session_id)
+    events = []
+    with harness.client.sessions.events.stream(session_id) as stream:
+        harness.run_turn(session_id, "again")
+        for event in stream:
+            events.append(event)
+            if event.type == "agent.session.idle":
+                break
+    skipped = {event.type for event in events if not heeds(event)}
+    assert {"agent.session.turn.output_text.delta", "agent.session.turn.in_progress"} <= skipped
+    # What the core needs of a Turn: snapshots, the complete call, the result Item (it
+    # proves the result applied), the final message, the Turn's creation and its end.
+    heeded = {
+        (event.type, getattr(getattr(event, "item", None), "type", None))
+        for event in events
+        if heeds(event)
+    }
+    assert heeded >= {
+        ("agent.session.requires_action", None),
+        ("agent.session.idle", None),
+        ("agent.session.turn.item.done", "function_call"),
+        ("agent.session.turn.item.added", "function_call_output"),
+        ("agent.session.turn.item.done", "message"),
+        ("agent.session.turn.created", None),
+        ("agent.session.turn.completed", None),
+    }
+
+    cores = []
+    for only_heeded in (False, True):
+        core = _core()
+        serve = core.attach(session_id, "turn", 0.0)
+        core.on_connected(serve, 0.0)
+        core.start_turn(serve, "turn_unknown_yet", "queued", reconnects=0)
+        seen: list[object] = []
+        for event in events:
+            if only_heeded and not heeds(event):
+                continue
+            core.on_event(serve, event, 1.0)
+            seen.append([type(effect).__name__ for effect in core.take_effects(1.0)])
+        view = core._view(session_id)
+        cores.append(
+            (
+                [step for step in seen if step],
+                serve.messages_by_turn,
+                serve.ends_by_turn,
+                serve.turns_created,
+                view.status,
+                view.pending,
+            )
+        )
+    assert cores[0] == cores[1]

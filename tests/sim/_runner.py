@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from openagentcore import APIConnectionError, APIError, APITimeoutError
 from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
 from openagentcore.runner._base import ServeTimeout
-from openagentcore.runner._core import Mode, Phase, Serve
+from openagentcore.runner._core import Mode, Phase, Serve, heeds
 from openagentcore.runner._effects import (
     AskInDoubt,
     CancelFunction,
@@ -36,7 +36,7 @@ from openagentcore.runner._effects import (
     perform_store,
 )
 from openagentcore.runner._execution import call_sync
-from openagentcore.runner._pump import Message, Stop, ask_in_doubt, carry, run_round
+from openagentcore.runner._pump import Message, Received, Stop, ask_in_doubt, carry, run_round
 from openagentcore.runner._registry import RegisteredFunction, describe_function
 from openagentcore.runner._serving_async import AsyncServing
 from openagentcore.store import CallKey, StoreKeyError, StoreUnavailableError
@@ -180,6 +180,9 @@ class SimRunner(AsyncServing):
     # -- the pump -----------------------------------------------------------------------
 
     def deliver_at(self, when: float, message: Message) -> None:
+        if isinstance(message, Received) and not heeds(message.event):
+            return  # as the drivers' readers do
+
         def arrive() -> None:
             if self.worker.alive:
                 self._inbox.append(message)

@@ -29,7 +29,7 @@ from ..store import CallKey
 from . import _pump as pump
 from ._base import RunnerError, RunnerOptions, ServeTimeout
 from ._context import CallContext, cancel_call
-from ._core import Mode, Serve
+from ._core import Mode, Serve, heeds
 from ._execution import call_async, call_sync
 from ._serving_async import AsyncServing
 
@@ -339,7 +339,8 @@ class AsyncFunctionRunner(AsyncServing):
             error: BaseException | None = None
             try:
                 async for event in stream:
-                    put(pump.Received(serve.id, event))
+                    if heeds(event):
+                        put(pump.Received(serve.id, event))
             except Exception as exc:
                 error = exc
             finally:

@@ -595,7 +595,8 @@ class RunnerCore:
         serve.fatal.__cause__ = error
 
     def on_event(self, serve: Serve, event: SessionEvent, now: float) -> None:
-        """One live stream event of ``serve``'s Session."""
+        """One live stream event of ``serve``'s Session (drivers pass only those it
+        ``heeds``)."""
         if isinstance(event, SessionSnapshotEvent):
             self._view(serve.session_id).snapshots_streamed += 1
             self._on_session(serve.session_id, event.session, now)
@@ -1527,6 +1528,22 @@ def _terminal_status(event: TerminalTurnEvent) -> str:
     """``completed`` from ``agent.session.turn.completed``, when the event has no Turn."""
     kind: str = getattr(event, "type", "")
     return kind.rsplit(".", 1)[-1]
+
+
+def heeds(event: SessionEvent) -> bool:
+    """Whether :meth:`RunnerCore.on_event` may act on ``event``. Drivers hand the core
+    only these: text deltas, content parts, a Turn starting, a call whose arguments are
+    still streaming change nothing, and a round for each would cost as much as a call's."""
+    if isinstance(event, (SessionSnapshotEvent, TerminalTurnEvent, TurnCreatedEvent)):
+        return True
+    if isinstance(event, (ItemAddedEvent, ItemDoneEvent)):
+        item = event.item
+        if isinstance(item, FunctionCallItem):
+            return _is_complete_call(event, item)
+        if isinstance(item, MessageItem):
+            return isinstance(event, ItemDoneEvent)
+        return isinstance(item, FunctionCallOutputItem)
+    return False
 
 
 def _is_complete_call(event: ItemAddedEvent | ItemDoneEvent, item: FunctionCallItem) -> bool:

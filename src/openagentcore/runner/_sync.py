@@ -30,7 +30,7 @@ from ..store import CallKey
 from . import _pump as pump
 from ._base import RunnerError, RunnerOptions, ServeTimeout
 from ._context import CallContext, cancel_call
-from ._core import Mode, Serve
+from ._core import Mode, Serve, heeds
 from ._execution import Hooks, call_async, call_sync
 from ._serving_sync import Serving
 
@@ -365,7 +365,8 @@ class _Reader:
             error: BaseException | None = None
             try:
                 for event in stream:
-                    put(pump.Received(serve_id, event))
+                    if heeds(event):
+                        put(pump.Received(serve_id, event))
             except Exception as exc:
                 error = exc
             finally:
