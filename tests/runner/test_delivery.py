@@ -545,3 +545,25 @@ def test_a_refused_result_is_reported_and_serve_still_ends(
     record = store.get(key)
     assert record is not None
     assert record.state is CallState.REJECTED
+
+
+def test_results_saved_while_a_post_is_in_flight_go_together_in_the_next(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
+) -> None:
+    """One POST of a Session's results at a time: eight calls that end 10 ms apart while
+    each POST takes 50 ms need at most three requests, not eight."""
+    calls = [FunctionCall("wait", {"n": n}) for n in range(8)]
+    harness = make_harness(make_core(scenario=one_turn(calls)), slow_results=0.05)
+
+    def wait(n: int) -> int:
+        """Wait n hundredths of a second."""
+        time.sleep(n / 100)
+        return n
+
+    harness.runner.function(flavoured(wait, flavour))
+    session_id = harness.create_session()
+
+    report = harness.serve(session_id)
+
+    assert report.results_submitted == 8
+    assert len(harness.statuses("POST", "/events")) <= 3

@@ -362,6 +362,9 @@ class _SessionView:
     #: snapshot shows (the call may have been settled meanwhile).
     snapshots: int = 0
     refused: dict[CallKey, int] = field(default_factory=dict)
+    #: Batches of results posted and not yet answered: one at a time, so results that
+    #: are saved meanwhile go together in the next (8 parallel calls: 2 POSTs, not 8).
+    posting: int = 0
 
 
 class RunnerCore:
@@ -1118,7 +1121,7 @@ class RunnerCore:
             ):
                 by_session.setdefault(call.key.session_id, []).append(call)
         for session_id, calls in by_session.items():
-            if self._lingering(session_id, calls, now):
+            if self._view(session_id).posting or self._lingering(session_id, calls, now):
                 continue
             chunks = [[call] for call in calls if call.alone]
             together = [call for call in calls if not call.alone]
@@ -1128,6 +1131,7 @@ class RunnerCore:
                     self._move(call, Phase.POSTING)
                 records = tuple(call.record for call in chunk if call.record is not None)
                 self._effects.append(PostResults(Batch(session_id, records)))
+                self._view(session_id).posting += 1
 
     def _lingering(self, session_id: str, ready: list[Call], now: float) -> bool:
         """Whether to hold a Session's saved results a moment: calls of the same read are
@@ -1139,6 +1143,9 @@ class RunnerCore:
         return any(call.phase in _NOT_STARTED for call in self._view(session_id).calls.values())
 
     def on_posted(self, outcome: PostOutcome, now: float) -> None:
+        view = self._sessions.get(outcome.batch.session_id)
+        if view is not None and view.posting:
+            view.posting -= 1
         calls = [self.calls.get(record.key) for record in outcome.batch.records]
         mine = [call for call in calls if call is not None and call.phase is Phase.POSTING]
         error = outcome.error
@@ -1397,10 +1404,12 @@ class RunnerCore:
         interval, which bounds every wait)."""
         due = [now + self.poll_interval]
         for call in self._watch.values():
-            if call.retry is not None or call.phase is Phase.BACKOFF:
+            if call.retry is not None:
                 due.append(call.not_before)
-            elif call.phase is Phase.READY:
-                due.append(call.ready_at + BATCH_LINGER)
+            elif call.phase in (Phase.READY, Phase.BACKOFF):
+                if not self._view(call.key.session_id).posting:  # else: the POST's answer
+                    ready = call.ready_at + BATCH_LINGER
+                    due.append(call.not_before if call.phase is Phase.BACKOFF else ready)
             elif call.phase is Phase.RUNNING and call.deadline is not None:
                 due.append(call.deadline)
         for session_id, serves in self._serves_by_session.items():

@@ -22,6 +22,7 @@ from ._core import ActionHandler, InDoubtCall, InDoubtHandler, RunnerCore
 from ._effects import (
     AskInDoubt,
     CancelFunction,
+    ClaimCall,
     Effect,
     FunctionOutcome,
     InDoubtAnswer,
@@ -41,6 +42,7 @@ from ._effects import (
 __all__ = [
     "AskInDoubt",
     "CancelFunction",
+    "ClaimCall",
     "FunctionOutcome",
     "PostResults",
     "ReadSession",
@@ -54,6 +56,7 @@ __all__ = [
     "Received",
     "Round",
     "Stop",
+    "StoreEffect",
     "StreamFailed",
     "Wake",
     "Captured",

@@ -2,7 +2,8 @@
 
 The thread that has news for the core runs the core's round itself, under the
 runner's lock, and carries out the store calls the round asks for: a stream's reader,
-a function's thread (which also posts the function's result), a request's thread.
+a function's thread, a request's thread. A call's claim, function, save and post run on
+one function thread; claims made at once share a commit (SQLite's group commit).
 The pump thread only keeps time (lease renewals, backoffs, timeouts) and outlives
 any one serve, so a function still running when its serve ends is saved and posted
 all the same.
@@ -68,8 +69,9 @@ class FunctionRunner(Serving):
         self._waiting_for_idle = 0
         self._inbox: queue.SimpleQueue[pump.Message] = queue.SimpleQueue()
         self._verdicts: dict[int, BaseException | None] = {}
-        #: The core runs at most ``max_concurrency`` functions; the other threads post
-        #: results on the thread whose function made them (``_take_here``).
+        #: A function's thread claims its call, runs the function, saves and posts the
+        #: result (``_take_here``). The core runs at most ``max_concurrency`` functions;
+        #: the other threads make claims and posts.
         self._functions = ThreadPoolExecutor(
             self.max_concurrency + _HTTP_THREADS, thread_name_prefix="openagentcore-call"
         )
@@ -244,8 +246,16 @@ class FunctionRunner(Serving):
                     self._pump_due = now
                     self._inbox.put(pump.Wake())
             # Store calls run right here, one after another, and their answers go
-            # straight back in; requests and functions went to their pools.
-            messages = [pump.perform_store(effect, self.store) for effect in store_calls]
+            # straight back in; requests and functions went to their pools. A claim goes
+            # to a function's thread, which then runs the function: claims made at once
+            # share their commit (SQLite's group commit), so parallel calls start together.
+            messages = []
+            for effect in store_calls:
+                if isinstance(effect, pump.ClaimCall) and not self._on_function_thread():
+                    job = functools.partial(self._perform, effect)
+                    self._functions.submit(self._function_thread, job)
+                else:
+                    messages.append(pump.perform_store(effect, self.store))
             if not messages:
                 return
 
@@ -309,6 +319,12 @@ class FunctionRunner(Serving):
             return False
         jobs.append(job)
         return True
+
+    def _on_function_thread(self) -> bool:
+        return getattr(self._local, "jobs", None) is not None
+
+    def _perform(self, effect: pump.StoreEffect) -> None:
+        self._deliver(pump.perform_store(effect, self.store))
 
     def _deliver_outcome(self, work: Callable[..., pump.Message], *args: object) -> None:
         self._deliver(work(*args))
