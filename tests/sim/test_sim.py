@@ -33,6 +33,7 @@ def _first_violation(mutate: Callable[[RunnerCore], None] | None) -> int | None:
     return None
 
 
+@pytest.mark.slow
 def test_every_ci_seed_keeps_the_runner_promises() -> None:
     failures = [
         f"seed {seed}: {error} (replay: python -m tests.sim --seed {seed})"
@@ -109,6 +110,7 @@ def _refused_results_waited_out(core: RunnerCore) -> None:
     core._refused_in_turn = lambda serve: []  # type: ignore[method-assign]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mutation",
     [

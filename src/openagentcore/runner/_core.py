@@ -363,7 +363,7 @@ class _SessionView:
     snapshots: int = 0
     refused: dict[CallKey, int] = field(default_factory=dict)
     #: Batches of results posted and not yet answered: one at a time, so results that
-    #: are saved meanwhile go together in the next (8 parallel calls: 2 POSTs, not 8).
+    #: are saved meanwhile go together in the next (8 parallel calls: a few POSTs, not 8).
     posting: int = 0
 
 
