@@ -567,3 +567,25 @@ def test_results_saved_while_a_post_is_in_flight_go_together_in_the_next(
 
     assert report.results_submitted == 8
     assert len(harness.statuses("POST", "/events")) <= 3
+
+
+def test_parallel_calls_that_end_together_are_posted_in_one_request(
+    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour
+) -> None:
+    """The Turn needs every result of a step before it goes on: the first results wait
+    (up to 50 ms) for the calls still running, and all eight go in one POST."""
+    calls = [FunctionCall("wait", {"n": 2}) for _ in range(8)]
+    harness = make_harness(make_core(scenario=one_turn(calls)))
+
+    def wait(n: int) -> int:
+        """Wait n hundredths of a second."""
+        time.sleep(n / 100)
+        return n
+
+    harness.runner.function(flavoured(wait, flavour))
+    session_id = harness.create_session()
+
+    report = harness.serve(session_id)
+
+    assert report.results_submitted == 8
+    assert harness.statuses("POST", "/events") == [202]

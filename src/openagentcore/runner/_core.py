@@ -192,6 +192,8 @@ _ANSWERED_IN: dict[type, Phase] = {
 #: Phases in which nothing was done for the call yet.
 _WATCHED = frozenset({Phase.QUEUED, Phase.READY, Phase.BACKOFF})
 _NOT_STARTED = frozenset({Phase.CLAIMING, Phase.LOOKING})
+#: Saved results wait (up to ``BATCH_LINGER``) for calls of their Session in these.
+_LINGER_FOR = _NOT_STARTED | {Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
 #: Outcomes that do not settle a call: a later announcement decides it afresh.
 _REDECIDE = frozenset({"released", "abandoned_by_serve"})
 
@@ -1134,13 +1136,15 @@ class RunnerCore:
                 self._view(session_id).posting += 1
 
     def _lingering(self, session_id: str, ready: list[Call], now: float) -> bool:
-        """Whether to hold a Session's saved results a moment: calls of the same read are
-        still being decided, and posting them together is one request instead of many
-        (a restart resubmits a whole Session's results in one POST)."""
+        """Whether to hold a Session's saved results a moment: other calls of the Session
+        are still being decided or run, and posting them together is one request instead
+        of many (a restart resubmits a whole Session's results in one POST; parallel calls
+        that end together go in one). The Turn needs every result before it goes on, so
+        the first ones lose nothing by waiting for the last."""
         oldest = min(call.ready_at for call in ready)
         if now >= oldest + BATCH_LINGER:
             return False
-        return any(call.phase in _NOT_STARTED for call in self._view(session_id).calls.values())
+        return any(call.phase in _LINGER_FOR for call in self._view(session_id).calls.values())
 
     def on_posted(self, outcome: PostOutcome, now: float) -> None:
         view = self._sessions.get(outcome.batch.session_id)
