@@ -21,6 +21,7 @@ PUBLIC_MODULES = (
     openagentcore.local,
 )
 
+
 def _ours(module_name: str | None) -> bool:
     return bool(module_name) and (
         module_name == "openagentcore" or module_name.startswith("openagentcore.")
