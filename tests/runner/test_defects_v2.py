@@ -81,6 +81,27 @@ def proxied(
         proxy.stop()
 
 
+def _counted_charge(runs: CallLog) -> Callable[[str], str]:
+    """``charge``: an effect that must not run twice; ``runs`` logs every run."""
+
+    def charge(order: str) -> str:
+        """Charge an order."""
+        runs.enter("charge", order)
+        runs.leave()
+        return f"charged {order}"
+
+    return charge
+
+
+def _refuse_results(proxy: HostileProxy) -> None:
+    """The proxy answers every result POST with 422, as if the server refused it."""
+    proxy.rule = lambda method, path, body: (
+        api_error(422, "invalid_value", "The result is not acceptable.")
+        if is_result_post(method, path, body)
+        else None
+    )
+
+
 def _wait_until(condition: Callable[[], bool], timeout: float = 20, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -152,13 +173,7 @@ def test_defect_08_on_in_doubt_raising_falls_back_to_outcome_unknown(
         on_in_doubt=broken_policy,
     )
     runs = CallLog()
-
-    @harness.runner.function
-    def charge(order: str) -> str:
-        """Charge an order."""
-        runs.enter("charge", order)
-        runs.leave()
-        return f"charged {order}"
+    harness.runner.function(_counted_charge(runs))
 
     session_id = harness.create_session()
     (action,) = harness.wait_for_pending(session_id)
@@ -483,19 +498,9 @@ def test_defect_03_refused_result_is_rejected_never_pruned_never_rerun(
         store=SQLiteResultStore(store_path),
     )
     runs = CallLog()
-
-    def charge(order: str) -> str:
-        """Charge an order."""
-        runs.enter("charge", order)
-        runs.leave()
-        return f"charged {order}"
-
+    charge = _counted_charge(runs)
     harness.runner.function(charge)
-    proxy.rule = lambda method, path, body: (
-        api_error(422, "invalid_value", "The result is not acceptable.")
-        if is_result_post(method, path, body)
-        else None
-    )
+    _refuse_results(proxy)
     session_id = harness.create_session()
     (action,) = harness.wait_for_pending(session_id)
     key = CallKey(session_id, action.turn_id, action.call_id)
@@ -541,21 +546,10 @@ def test_run_turn_returns_when_its_turn_waits_on_a_refused_result(
     )
     harness, proxy = proxied(make_core(scenario=scenario))
     runs = CallLog()
-
-    def charge(order: str) -> str:
-        """Charge an order."""
-        runs.enter("charge", order)
-        runs.leave()
-        return f"charged {order}"
-
-    harness.runner.function(charge)
+    harness.runner.function(_counted_charge(runs))
     session_id = harness.create_session()
     harness.serve(session_id)
-    proxy.rule = lambda method, path, body: (
-        api_error(422, "invalid_value", "The result is not acceptable.")
-        if is_result_post(method, path, body)
-        else None
-    )
+    _refuse_results(proxy)
 
     started = time.monotonic()
     result = harness.run_turn(session_id, "Charge it.", timeout=20)

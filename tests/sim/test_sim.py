@@ -97,7 +97,6 @@ def _turn_named_by_the_stream_even_when_busy(core: RunnerCore) -> None:
     def expect_turn(serve: Serve, reconnects: int) -> bool:
         serve.reconnects_at_turn_start = reconnects
         serve.created_turn = None
-        serve.expecting_turn = True
         serve.until = "created"
         return True
 

@@ -318,10 +318,9 @@ class Serve:
     messages_by_turn: dict[str, list[MessageItem]] = field(default_factory=dict)
     ends_by_turn: dict[str, str] = field(default_factory=dict)
     reconnects_at_turn_start: int = 0
-    #: Root Turns the stream showed created, in order; and, when ``expect_turn`` said the
-    #: stream can name the input's Turn, the first one created after it.
+    #: Root Turns the stream showed created, in order; and, in mode ``created``, the
+    #: first one created after ``run_turn`` sent its input.
     turns_created: list[str] = field(default_factory=list)
-    expecting_turn: bool = False
     created_turn: str | None = None
 
     @property
@@ -497,19 +496,15 @@ class RunnerCore:
         view = self._view(serve.session_id)
         serve.reconnects_at_turn_start = reconnects
         serve.created_turn = None
-        serve.expecting_turn = (
-            serve.connected and view.status in _TERMINAL_STATUSES and not open_turn
-        )
-        if serve.expecting_turn:
+        if serve.connected and view.status in _TERMINAL_STATUSES and not open_turn:
             serve.until = "created"
-        return serve.expecting_turn
+        return serve.until == "created"
 
     def start_turn(self, serve: Serve, turn_id: str, status: str, reconnects: int) -> None:
         """``run_turn`` learned the Turn its input started, and waits for its end. Its
         events may already have come through the stream (they were kept by Turn);
         ``reconnects`` is the count before the input was sent."""
         serve.until = "turn"
-        serve.expecting_turn = False
         serve.target_turn = turn_id
         serve.target_turn_status = serve.ends_by_turn.get(turn_id, status)
         serve.reconnects_at_turn_start = reconnects
@@ -636,7 +631,7 @@ class RunnerCore:
             if event.turn is not None and event.turn.subagent_id is not None:
                 return  # a subagent's Turn, inside the root Turn
             serve.turns_created.append(event.turn_id)
-            if serve.expecting_turn and serve.created_turn is None:
+            if serve.until == "created" and serve.created_turn is None:
                 serve.created_turn = event.turn_id
 
     def _cancel_turn(self, session_id: str, turn_id: str) -> None:

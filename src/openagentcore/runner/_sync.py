@@ -252,7 +252,9 @@ class FunctionRunner(Serving):
             messages = []
             for effect in store_calls:
                 if isinstance(effect, pump.ClaimCall) and not self._on_function_thread():
-                    job = functools.partial(self._perform, effect)
+                    job = functools.partial(
+                        self._deliver_outcome, pump.perform_store, effect, self.store
+                    )
                     self._functions.submit(self._function_thread, job)
                 else:
                     messages.append(pump.perform_store(effect, self.store))
@@ -322,9 +324,6 @@ class FunctionRunner(Serving):
 
     def _on_function_thread(self) -> bool:
         return getattr(self._local, "jobs", None) is not None
-
-    def _perform(self, effect: pump.StoreEffect) -> None:
-        self._deliver(pump.perform_store(effect, self.store))
 
     def _deliver_outcome(self, work: Callable[..., pump.Message], *args: object) -> None:
         self._deliver(work(*args))
