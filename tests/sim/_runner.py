@@ -117,6 +117,10 @@ class SimRunner(AsyncServing):
 
     # -- the primitives AsyncServing calls ----------------------------------------------
 
+    def _now(self) -> float:
+        """This worker's clock, which may run fast or slow (skew between workers)."""
+        return self.worker.clock()
+
     def _attach(self, session_id: str, until: Mode) -> Serve:
         serve = self._core.attach(session_id, until, self.worker.clock())
         self._verdicts[serve.id] = SimFuture()

@@ -1,4 +1,4 @@
-"""Coroutines on the simulated clock: futures, a trampoline that steps them, virtual time.
+"""Coroutines on the simulated clock: futures, and a trampoline that steps them.
 
 The runner's serving code (``serve``, ``run_turn``, ``recover`` and the requests effects
 make) is async. Here it runs with no event loop and no threads: a coroutine awaits a
@@ -8,16 +8,13 @@ is resumed at that virtual instant. One seed therefore still fixes every interle
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Coroutine, Generator, Iterator
+from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-from openagentcore.runner import _base, _serving_async
 
 if TYPE_CHECKING:
     from ._world import SimWorker, World
 
-__all__ = ["SimFuture", "Task", "Violation", "virtual_time"]
+__all__ = ["SimFuture", "Task", "Violation"]
 
 T = TypeVar("T")
 
@@ -94,7 +91,6 @@ class Task:
     def _step(self) -> None:
         if self.finished or not self.worker.alive:
             return
-        self.world.stepping = self.worker
         try:
             awaited = self.coroutine.send(None)
         except StopIteration as stop:
@@ -105,8 +101,6 @@ class Task:
         except Exception as exc:
             self._finish(None, exc)
             return
-        finally:
-            self.world.stepping = None
         if not isinstance(awaited, SimFuture):
             raise Violation(f"seed {self.world.seed}: the serving code awaited {awaited!r}")
         awaited.add_done_callback(self._resume)
@@ -123,37 +117,4 @@ class Task:
         blocks only touch the dead worker's own state)."""
         if not self.finished:
             self.finished = True
-            self.world.stepping = self.worker
-            try:
-                self.coroutine.close()
-            finally:
-                self.world.stepping = None
-
-
-class _VirtualTime:
-    """Stands in for the ``time`` module where the serving code reads the clock
-    (``run_turn``'s deadline, the timeouts of its requests): the clock of the worker
-    whose coroutine runs now."""
-
-    def __init__(self, world: World) -> None:
-        self.world = world
-
-    def monotonic(self) -> float:
-        worker = self.world.stepping
-        if worker is None:
-            raise Violation(f"seed {self.world.seed}: the clock was read outside a task")
-        return worker.clock()
-
-
-@contextlib.contextmanager
-def virtual_time(world: World) -> Iterator[None]:
-    """Run the serving code on the world's virtual clocks for the block."""
-    modules = (_serving_async, _base)
-    saved = [module.time for module in modules]
-    for module in modules:
-        module.time = _VirtualTime(world)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        for module, original in zip(modules, saved, strict=True):
-            module.time = original  # type: ignore[assignment]
+            self.coroutine.close()

@@ -35,7 +35,7 @@ from openagentcore.store import CallKey, MemoryResultStore
 
 from ._runner import LEASE_SECONDS, MAX_ATTEMPTS, SimRunner
 from ._server import Server, ServerCall
-from ._tasks import SimFuture, Task, Violation, virtual_time
+from ._tasks import SimFuture, Task, Violation
 
 __all__ = ["Faults", "Violation", "World", "run_seed"]
 
@@ -114,8 +114,6 @@ class World:
         self.chaos = True
         self.generation = itertools.count(1)
         self.workers: list[SimWorker] = []
-        #: The worker whose coroutine runs now (its clock is the serving code's).
-        self.stepping: SimWorker | None = None
         #: Sessions whose Turns some client already had started (served, not driven).
         self.served: list[str] = []
         #: Sessions whose Turns ``run_turn`` starts, one driving worker each.
@@ -147,27 +145,26 @@ class World:
     # -- the whole history -------------------------------------------------------------------
 
     def run(self) -> None:
-        with virtual_time(self):
-            # Each worker serves every Session, or drives Turns of a Session of its own.
-            roles = [
-                f"sess_w{index}" if self.rng.random() < 0.5 else None
-                for index in range(self.rng.randint(1, 3))
-            ]
-            self.driven = [self.server.add_session(role).id for role in roles if role]
-            for role in roles:
-                self.start_worker(drives=role)
-            self.run_until(8.0)
-            # Chaos ends: every worker dies, nothing fails any more, and one clean worker
-            # settles everything that is left, as an operator's restart would, and
-            # drives a few more Turns.
-            self.chaos = False
-            for worker in self.workers:
-                worker.crash()
-            self.run_until(self.now + LEASE_SECONDS * 1.5)
-            final = self.start_worker(final=True)
-            self.run_until(self.now + FINAL_TIMEOUT + 10.0, stop=final.finished)
-            if not final.finished():
-                raise Violation(f"seed {self.seed}: the final worker did not finish")
+        # Each worker serves every Session, or drives Turns of a Session of its own.
+        roles = [
+            f"sess_w{index}" if self.rng.random() < 0.5 else None
+            for index in range(self.rng.randint(1, 3))
+        ]
+        self.driven = [self.server.add_session(role).id for role in roles if role]
+        for role in roles:
+            self.start_worker(drives=role)
+        self.run_until(8.0)
+        # Chaos ends: every worker dies, nothing fails any more, and one clean worker
+        # settles everything that is left, as an operator's restart would, and
+        # drives a few more Turns.
+        self.chaos = False
+        for worker in self.workers:
+            worker.crash()
+        self.run_until(self.now + LEASE_SECONDS * 1.5)
+        final = self.start_worker(final=True)
+        self.run_until(self.now + FINAL_TIMEOUT + 10.0, stop=final.finished)
+        if not final.finished():
+            raise Violation(f"seed {self.seed}: the final worker did not finish")
 
     def start_worker(self, *, drives: str | None = None, final: bool = False) -> SimWorker:
         """A worker that serves every Session until idle, or drives Turns of ``drives``

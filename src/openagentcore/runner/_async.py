@@ -15,7 +15,6 @@ import contextlib
 import functools
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -143,13 +142,13 @@ class AsyncFunctionRunner(AsyncServing):
             self._inbox = _Inbox(loop)
             self._changed = asyncio.Event()
             self._pump_task = loop.create_task(self._pump(), name="openagentcore-runner")
-        serve = self._core.attach(session_id, until, time.monotonic())
+        serve = self._core.attach(session_id, until, self._now())
         self._verdicts[serve.id] = loop.create_future()
         self._wake()
         return serve
 
     def _detach(self, serve: Serve) -> None:
-        self._core.detach(serve, time.monotonic())
+        self._core.detach(serve, self._now())
         future = self._verdicts.pop(serve.id, None)
         if future is not None and not future.done():
             future.cancel()
@@ -179,7 +178,7 @@ class AsyncFunctionRunner(AsyncServing):
         """Wait for the pump's verdict (Ctrl-C reaches asyncio programs as a
         cancellation, so ``interruptible`` changes nothing here)."""
         future = self._verdicts[serve.id]
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        left = None if deadline is None else max(0.0, deadline - self._now())
         try:
             await asyncio.wait_for(asyncio.shield(future), left)
         except asyncio.TimeoutError:
@@ -188,7 +187,7 @@ class AsyncFunctionRunner(AsyncServing):
             return
         # Out of time: give back claims nobody will run, let running calls finish and
         # post within the grace, then report.
-        self._core.detach(serve, time.monotonic())
+        self._core.detach(serve, self._now())
         self._wake()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle(serve.session_id), self.shutdown_grace)
@@ -216,9 +215,9 @@ class AsyncFunctionRunner(AsyncServing):
         assert self._inbox is not None
         assert self._changed is not None
         while not self._closing:
-            wait = self._core.next_wakeup(time.monotonic())
+            wait = self._core.next_wakeup(self._now())
             messages = await self._inbox.drain(wait)
-            decided = pump.run_round(self._core, self._observer, messages, time.monotonic())
+            decided = pump.run_round(self._core, self._observer, messages, self._now())
             for serve_id, error in decided.verdicts.items():
                 future = self._verdicts.get(serve_id)
                 if future is None or future.done():

@@ -155,6 +155,20 @@ class RunnerBase:
             unreachable_timeout=unreachable_timeout,
         )
 
+    def _now(self) -> float:
+        """The runner's clock: ``time.monotonic``. Deadlines and every time the core is
+        told come from here, so the simulator runs a runner on virtual time."""
+        return time.monotonic()
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        return None if timeout is None else self._now() + timeout
+
+    def _time_left(self, deadline: float | None) -> CallOptions:
+        """Per-request options that keep a request of ``run_turn`` within its deadline."""
+        if deadline is None:
+            return {}
+        return {"timeout": max(0.001, deadline - self._now())}
+
     @overload
     def function(self, func: F, /) -> F: ...
 
@@ -246,13 +260,6 @@ def final_text(items: Sequence[object], turn_id: str) -> str | None:
     ]
     finals = [m for m in messages if m.phase == "final_answer"] or messages
     return finals[-1].output_text if finals else None
-
-
-def left(deadline: float | None) -> CallOptions:
-    """Per-request options that keep a request of ``run_turn`` within its deadline."""
-    if deadline is None:
-        return {}
-    return {"timeout": max(0.001, deadline - time.monotonic())}
 
 
 def turn_result(

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 from .._client import AsyncClient
-from ._base import RunnerBase, RunnerError, TurnInput, Until, input_event, left, turn_result
+from ._base import RunnerBase, RunnerError, TurnInput, Until, input_event, turn_result
 from ._core import Mode, Serve
 from ._effects import PostOutcome, PostResults, ReadSession, SessionOutcome
 from ._output import check_output_format
@@ -53,7 +52,7 @@ class AsyncServing(RunnerBase, abc.ABC):
         try:
             with signals:
                 async with self._reader(serve):
-                    await self._wait(serve, _deadline(timeout), interruptible=until == "idle")
+                    await self._wait(serve, self._deadline(timeout), interruptible=until == "idle")
         finally:
             self._detach(serve)
         return serve.report
@@ -76,9 +75,9 @@ class AsyncServing(RunnerBase, abc.ABC):
         settles that call: it is returned as it is, with status ``"waiting"`` and the
         call in ``report.rejected``, instead of being waited out.
         """
-        deadline = _deadline(timeout)
+        deadline = self._deadline(timeout)
         if output_type is not None:
-            session = await self.client.sessions.retrieve(session_id, **left(deadline))
+            session = await self.client.sessions.retrieve(session_id, **self._time_left(deadline))
             check_output_format(session.agent.text, output_type)
         serve = self._attach(session_id, "connected")
         try:
@@ -87,7 +86,7 @@ class AsyncServing(RunnerBase, abc.ABC):
                 reconnects = serve.report.reconnects  # before the input is sent
                 named = self._change_serve(serve, lambda: self._core.expect_turn(serve, reconnects))
                 await self.client.sessions.events.create(
-                    session_id, events=[input_event(input)], **left(deadline)
+                    session_id, events=[input_event(input)], **self._time_left(deadline)
                 )
                 turn_id, status = None, "queued"
                 if named:  # the stream shows the Turn, with no request
@@ -96,7 +95,7 @@ class AsyncServing(RunnerBase, abc.ABC):
                 if turn_id is None:
                     # The Turn is created in the same transaction that admits the input.
                     latest = await self.client.sessions.turns.list(
-                        session_id, order="desc", limit=1, **left(deadline)
+                        session_id, order="desc", limit=1, **self._time_left(deadline)
                     )
                     if not latest.data:
                         raise RunnerError(
@@ -111,7 +110,9 @@ class AsyncServing(RunnerBase, abc.ABC):
             self._detach(serve)
         items: Sequence[object] | None = serve.streamed_answer()
         if items is None:
-            listed = self.client.sessions.items.list(session_id, order="asc", **left(deadline))
+            listed = self.client.sessions.items.list(
+                session_id, order="asc", **self._time_left(deadline)
+            )
             items = [item async for item in listed]
         return turn_result(serve, items, output_type)
 
@@ -120,7 +121,7 @@ class AsyncServing(RunnerBase, abc.ABC):
         new pending calls, then return without following the stream."""
         serve = self._attach(session_id, "once")
         try:
-            await self._wait(serve, _deadline(timeout), interruptible=True)
+            await self._wait(serve, self._deadline(timeout), interruptible=True)
         finally:
             self._detach(serve)
         return serve.report
@@ -184,7 +185,3 @@ class AsyncServing(RunnerBase, abc.ABC):
     @abc.abstractmethod
     def _stop_from_signal(self) -> None:
         """``stop()`` from a signal handler."""
-
-
-def _deadline(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from .._client import Client
-from ._base import RunnerBase, RunnerError, TurnInput, Until, input_event, left, turn_result
+from ._base import RunnerBase, RunnerError, TurnInput, Until, input_event, turn_result
 from ._core import Mode, Serve
 from ._effects import PostOutcome, PostResults, ReadSession, SessionOutcome
 from ._output import check_output_format
@@ -51,7 +50,7 @@ class Serving(RunnerBase, abc.ABC):
         try:
             with signals:
                 with self._reader(serve):
-                    self._wait(serve, _deadline(timeout), interruptible=until == "idle")
+                    self._wait(serve, self._deadline(timeout), interruptible=until == "idle")
         finally:
             self._detach(serve)
         return serve.report
@@ -74,9 +73,9 @@ class Serving(RunnerBase, abc.ABC):
         settles that call: it is returned as it is, with status ``"waiting"`` and the
         call in ``report.rejected``, instead of being waited out.
         """
-        deadline = _deadline(timeout)
+        deadline = self._deadline(timeout)
         if output_type is not None:
-            session = self.client.sessions.retrieve(session_id, **left(deadline))
+            session = self.client.sessions.retrieve(session_id, **self._time_left(deadline))
             check_output_format(session.agent.text, output_type)
         serve = self._attach(session_id, "connected")
         try:
@@ -85,7 +84,7 @@ class Serving(RunnerBase, abc.ABC):
                 reconnects = serve.report.reconnects  # before the input is sent
                 named = self._change_serve(serve, lambda: self._core.expect_turn(serve, reconnects))
                 self.client.sessions.events.create(
-                    session_id, events=[input_event(input)], **left(deadline)
+                    session_id, events=[input_event(input)], **self._time_left(deadline)
                 )
                 turn_id, status = None, "queued"
                 if named:  # the stream shows the Turn, with no request
@@ -94,7 +93,7 @@ class Serving(RunnerBase, abc.ABC):
                 if turn_id is None:
                     # The Turn is created in the same transaction that admits the input.
                     latest = self.client.sessions.turns.list(
-                        session_id, order="desc", limit=1, **left(deadline)
+                        session_id, order="desc", limit=1, **self._time_left(deadline)
                     )
                     if not latest.data:
                         raise RunnerError(
@@ -109,7 +108,9 @@ class Serving(RunnerBase, abc.ABC):
             self._detach(serve)
         items: Sequence[object] | None = serve.streamed_answer()
         if items is None:
-            listed = self.client.sessions.items.list(session_id, order="asc", **left(deadline))
+            listed = self.client.sessions.items.list(
+                session_id, order="asc", **self._time_left(deadline)
+            )
             items = [item for item in listed]
         return turn_result(serve, items, output_type)
 
@@ -118,7 +119,7 @@ class Serving(RunnerBase, abc.ABC):
         new pending calls, then return without following the stream."""
         serve = self._attach(session_id, "once")
         try:
-            self._wait(serve, _deadline(timeout), interruptible=True)
+            self._wait(serve, self._deadline(timeout), interruptible=True)
         finally:
             self._detach(serve)
         return serve.report
@@ -182,7 +183,3 @@ class Serving(RunnerBase, abc.ABC):
     @abc.abstractmethod
     def _stop_from_signal(self) -> None:
         """``stop()`` from a signal handler."""
-
-
-def _deadline(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout

@@ -17,7 +17,6 @@ import functools
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -92,11 +91,11 @@ class FunctionRunner(Serving):
     def close(self) -> None:
         """Finish in the background what ended serves left (within ``shutdown_grace``),
         then stop the runner's threads and close the store."""
-        deadline = time.monotonic() + self.shutdown_grace
+        deadline = self._now() + self.shutdown_grace
         with self._lock:
             self._waiting_for_idle += 1
             while self._pump_thread is not None and self._core.busy():
-                left = deadline - time.monotonic()
+                left = deadline - self._now()
                 if left <= 0:
                     logger.warning(
                         "Closing with calls still in progress; a restarted runner settles them"
@@ -126,7 +125,7 @@ class FunctionRunner(Serving):
         with self._lock:
             if self._closing:
                 raise RunnerError("This runner is closed; create a new one")
-            serve = self._core.attach(session_id, until, time.monotonic())
+            serve = self._core.attach(session_id, until, self._now())
             if self._pump_thread is None:
                 self._pump_thread = threading.Thread(
                     target=self._pump, name="openagentcore-runner", daemon=True
@@ -137,7 +136,7 @@ class FunctionRunner(Serving):
 
     def _detach(self, serve: Serve) -> None:
         with self._lock:
-            self._core.detach(serve, time.monotonic())
+            self._core.detach(serve, self._now())
             self._verdicts.pop(serve.id, None)
         self._inbox.put(pump.Wake())
 
@@ -177,7 +176,7 @@ class FunctionRunner(Serving):
     def _await_verdict(self, serve: Serve, deadline: float | None) -> None:
         with self._lock:
             while serve.id not in self._verdicts:
-                left = None if deadline is None else deadline - time.monotonic()
+                left = None if deadline is None else deadline - self._now()
                 if left is not None and left <= 0:
                     break
                 self._changed.wait(left)
@@ -188,13 +187,13 @@ class FunctionRunner(Serving):
                 return
             # Out of time: give back claims nobody will run, let running calls finish
             # and post within the grace, then report.
-            self._core.detach(serve, time.monotonic())
+            self._core.detach(serve, self._now())
             self._inbox.put(pump.Wake())
-            grace_end = time.monotonic() + self.shutdown_grace
+            grace_end = self._now() + self.shutdown_grace
             self._waiting_for_idle += 1
             try:
-                while self._core.busy(serve.session_id) and time.monotonic() < grace_end:
-                    self._changed.wait(grace_end - time.monotonic())
+                while self._core.busy(serve.session_id) and self._now() < grace_end:
+                    self._changed.wait(grace_end - self._now())
             finally:
                 self._waiting_for_idle -= 1
         raise ServeTimeout(f"Session {serve.session_id} was not settled in time", serve.report)
@@ -209,7 +208,7 @@ class FunctionRunner(Serving):
                 with self._lock:
                     if self._closing:
                         return
-                    now = time.monotonic()
+                    now = self._now()
                     wait = self._core.next_wakeup(now)
                     self._pump_due = now + wait
                 messages = _drain(self._inbox, wait)
@@ -233,7 +232,7 @@ class FunctionRunner(Serving):
             with self._lock:
                 if self._closing:
                     return
-                now = time.monotonic()
+                now = self._now()
                 decided = pump.run_round(self._core, self._observer, messages, now)
                 self._verdicts.update(decided.verdicts)
                 if decided.verdicts or self._waiting_for_idle:
