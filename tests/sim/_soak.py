@@ -7,6 +7,7 @@ changes no result and keeps every replay command exact.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -21,6 +22,9 @@ Mutation = Callable[[RunnerCore], None]
 #: Seeds a worker takes at a time: enough to make sending them cheap, few enough that
 #: a search for the first failing seed stops soon after finding it.
 _CHUNK = 25
+#: Not a plain fork: pytest-xdist runs threads in its workers, and a child forked from a
+#: threaded process can deadlock on a lock one of them held.
+_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 def default_jobs() -> int:
@@ -50,7 +54,8 @@ def checked(
     if jobs <= 1 or len(seeds) <= _CHUNK:
         yield from (check_seed(seed, mutate) for seed in seeds)
         return
-    with ProcessPoolExecutor(jobs) as pool:
+    context = multiprocessing.get_context(_START_METHOD)
+    with ProcessPoolExecutor(jobs, mp_context=context) as pool:
         outcomes = pool.map(check_seed, seeds, [mutate] * len(seeds), chunksize=_CHUNK)
         try:
             yield from outcomes
