@@ -47,6 +47,8 @@ _HOOK_THREADS = 2
 _HTTP_THREADS = 4
 #: How often a coroutine function run by the sync runner looks for its cancellation.
 _CANCEL_POLL = 0.05
+#: How long ``close()`` waits for a stream's reader to end once its stream is closed.
+_READER_EXIT = 5.0
 
 
 class FunctionRunner(Serving):
@@ -77,6 +79,8 @@ class FunctionRunner(Serving):
         self._hook_pool = ThreadPoolExecutor(_HOOK_THREADS, thread_name_prefix="oac-hooks")
         self._http_pool = ThreadPoolExecutor(_HTTP_THREADS, thread_name_prefix="oac-http")
         self._pump_thread: threading.Thread | None = None
+        #: Readers of ended serves, which may still be closing their streams.
+        self._ended_readers: list[threading.Thread] = []
         #: When the pump means to look next; a round elsewhere that makes something
         #: due sooner wakes it.
         self._pump_due = 0.0
@@ -108,6 +112,8 @@ class FunctionRunner(Serving):
         self._inbox.put(pump.Wake())
         if thread is not None:
             thread.join()
+        for reader in self._ended_readers:
+            reader.join(timeout=_READER_EXIT)
         self._functions.shutdown(wait=False)
         self._hook_pool.shutdown(wait=True)
         self._http_pool.shutdown(wait=True)
@@ -358,11 +364,17 @@ class _Reader:
         self._thread.start()
 
     def __exit__(self, *exc_info: object) -> None:
+        """Stop reading without waiting for the thread: whatever it still delivers is
+        for a serve that ended, which the core ignores. ``close()`` waits for it, so
+        its last store calls finish before the store closes."""
         self._stop.set()
         with self._lock:
             if self._stream is not None:
                 self._stream.close()
-        self._thread.join(timeout=5)
+        with self.runner._lock:
+            readers = self.runner._ended_readers
+            readers[:] = [thread for thread in readers if thread.is_alive()]
+            readers.append(self._thread)
 
     def _run(self) -> None:
         put, serve_id = self.runner._deliver, self.serve.id
