@@ -62,3 +62,35 @@ def test_run_turn_returns_without_waiting_for_its_reader_and_close_waits_for_it(
         assert _readers() - before, "the readers should still be ending"
         runner.close()
         assert _readers() - before == set()
+
+
+def test_a_stream_that_opens_after_its_serve_ended_is_closed_at_once(
+    make_core: MakeCore,
+) -> None:
+    """The serve ended (a timeout, say) while its reader was still opening the stream:
+    the stream it gets must be closed, not followed for ever."""
+    core = make_core(scenario=Scenario(turns=[TurnScript()]))
+    with Client(api_key=core.api_key, base_url=core.base_url) as client:
+        runner = FunctionRunner(client)
+        session_id = client.sessions.create(agent={"model": "scripted"}, input="hello").id
+        opening, may_open = threading.Event(), threading.Event()
+        open_stream = client.sessions.events.stream
+
+        def slow_open(session_id: str, **options: object) -> object:
+            opening.set()
+            may_open.wait(10)
+            return open_stream(session_id)
+
+        client.sessions.events.stream = slow_open  # type: ignore[method-assign,assignment]
+        serve = runner._attach(session_id, "idle")
+        reader = runner._reader(serve)
+        try:
+            with reader:
+                assert opening.wait(10)
+            may_open.set()
+            reader._thread.join(5)
+            assert not reader._thread.is_alive(), "the reader follows a stream nobody needs"
+        finally:
+            may_open.set()
+            runner._detach(serve)
+            runner.close()

@@ -426,6 +426,9 @@ class _Reader:
                     return None
                 stream = self.runner.client.sessions.events.stream(self.serve.session_id)
                 with self._lock:
+                    if self._stop.is_set():  # the serve ended while the stream opened
+                        stream.close()
+                        return None
                     self._stream = stream
                 return stream
         return None  # pragma: no cover - tenacity always returns or raises
