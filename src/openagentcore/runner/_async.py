@@ -26,7 +26,7 @@ from typing_extensions import Unpack
 from .._client import AsyncClient
 from ..store import CallKey
 from . import _pump as pump
-from ._base import RunnerError, RunnerOptions, ServeTimeout
+from ._base import RunnerError, RunnerOptions, ServeTimeout, closed_before_the_end
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve, heeds
 from ._execution import call_async, call_sync
@@ -107,11 +107,13 @@ class AsyncFunctionRunner(AsyncServing):
     # -- public API (serve, run_turn, recover, stop: see _serving_async.py) ---------------
 
     async def close(self) -> None:
-        """Finish in the background what ended serves left (within ``shutdown_grace``),
-        then stop the pump and close the store."""
+        """End the serves still running as :meth:`stop` does, finish in the background
+        what ended serves left (within ``shutdown_grace``), then stop the pump and close
+        the store. A serve not ended by then raises ``RunnerError``."""
         if self._changed is not None:
+            self.stop()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._idle(), self.shutdown_grace)
+                await asyncio.wait_for(self._ended(), self.shutdown_grace)
         if self._core.busy():
             logger.warning("Closing with calls still in progress; a restarted runner settles them")
         self._closing = True
@@ -120,6 +122,9 @@ class AsyncFunctionRunner(AsyncServing):
             # that races with its own wake-up, and the pump is woken constantly.
             self._wake()
             await self._pump_task
+        for verdict in self._verdicts.values():
+            if not verdict.done():
+                verdict.set_exception(closed_before_the_end())
         for task in list(self._tasks):
             task.cancel()
         self._function_threads.shutdown(wait=False)
@@ -192,6 +197,13 @@ class AsyncFunctionRunner(AsyncServing):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle(serve.session_id), self.shutdown_grace)
         raise ServeTimeout(f"Session {serve.session_id} was not settled in time", serve.report)
+
+    async def _ended(self) -> None:
+        """Until no call is in progress and every serve has returned."""
+        assert self._changed is not None
+        while self._core.busy() or self._core.serves:
+            self._changed.clear()
+            await self._changed.wait()
 
     async def _idle(self, session_id: str | None = None) -> None:
         assert self._changed is not None

@@ -262,6 +262,14 @@ def final_text(items: Sequence[object], turn_id: str) -> str | None:
     return finals[-1].output_text if finals else None
 
 
+def closed_before_the_end() -> RunnerError:
+    """What a serve still running when its runner's ``close()`` gave up raises."""
+    return RunnerError(
+        "The runner was closed before this serve ended: its calls were still running "
+        "after shutdown_grace. A restarted runner settles them."
+    )
+
+
 def turn_result(
     serve: Serve, items: Sequence[object], output_type: type[Any] | None
 ) -> TurnResult[Any]:

@@ -28,7 +28,7 @@ from .._client import Client
 from .._streaming import EventStream
 from ..store import CallKey
 from . import _pump as pump
-from ._base import RunnerError, RunnerOptions, ServeTimeout
+from ._base import RunnerError, RunnerOptions, ServeTimeout, closed_before_the_end
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve, heeds
 from ._execution import Hooks, call_async, call_sync
@@ -93,12 +93,14 @@ class FunctionRunner(Serving):
     # -- public API (serve, run_turn, recover, stop: see _serving_async.py) ---------------
 
     def close(self) -> None:
-        """Finish in the background what ended serves left (within ``shutdown_grace``),
-        then stop the runner's threads and close the store."""
+        """End the serves still running as :meth:`stop` does, finish in the background
+        what ended serves left (within ``shutdown_grace``), then stop the runner's
+        threads and close the store. A serve not ended by then raises ``RunnerError``."""
+        self.stop()
         deadline = self._now() + self.shutdown_grace
         with self._lock:
             self._waiting_for_idle += 1
-            while self._pump_thread is not None and self._core.busy():
+            while self._pump_thread is not None and (self._core.busy() or self._core.serves):
                 left = deadline - self._now()
                 if left <= 0:
                     logger.warning(
@@ -108,6 +110,9 @@ class FunctionRunner(Serving):
                 self._changed.wait(left)
             self._waiting_for_idle -= 1
             self._closing = True
+            for serve_id in self._core.serves:
+                self._verdicts.setdefault(serve_id, closed_before_the_end())
+            self._changed.notify_all()
             thread = self._pump_thread
         self._inbox.put(pump.Wake())
         if thread is not None:
