@@ -58,7 +58,7 @@ def register(runner: RunnerBase, effects: Path) -> None:
     def effect(function: str, order: str) -> str:
         call = current_call()  # effects are counted per call
         line = {"session": call.session_id, "call": call.call_id, "function": function}
-        data = (json.dumps({**line, "pid": os.getpid()}) + "\n").encode()
+        data = (json.dumps({**line, "pid": os.getpid(), "at": time.time()}) + "\n").encode()
         descriptor = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(descriptor, data)

@@ -156,11 +156,26 @@ class Fleet:
         landed = 0
         while landed < kills and not self.all_idle():
             time.sleep(chance.uniform(*gap))
-            self.kill(self._busy_worker() or chance.choice(self.workers))
+            victim = self._worker_inside_a_call() or self._busy_worker()
+            self.kill(victim or chance.choice(self.workers))
             landed += 1
             self.start_worker()
         self.wait_until_idle(deadline)
         return landed
+
+    def _worker_inside_a_call(self, wait: float = 1.0) -> subprocess.Popen[str] | None:
+        """A live worker whose function started so recently that it still runs (each
+        takes ``WORK_SECONDS``), waiting up to ``wait`` seconds for one: killing it
+        leaves that call in doubt, whatever the machine's speed."""
+        give_up = time.monotonic() + wait
+        while time.monotonic() < give_up:
+            alive = {worker.pid: worker for worker in self.workers}
+            now = time.time()
+            for effect in reversed(self.effects()):
+                if effect["pid"] in alive and now - effect["at"] < fleet_worker.WORK_SECONDS / 2:
+                    return alive[effect["pid"]]
+            time.sleep(0.01)
+        return None
 
     def _busy_worker(self) -> subprocess.Popen[str] | None:
         """The live worker that started a function last: most likely inside a call, so
