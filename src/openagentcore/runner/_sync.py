@@ -103,12 +103,13 @@ class FunctionRunner(Serving):
             while self._pump_thread is not None and (self._core.busy() or self._core.serves):
                 left = deadline - self._now()
                 if left <= 0:
-                    logger.warning(
-                        "Closing with calls still in progress; a restarted runner settles them"
-                    )
                     break
                 self._changed.wait(left)
             self._waiting_for_idle -= 1
+            if self._core.busy():
+                logger.warning(
+                    "Closing with calls still in progress; a restarted runner settles them"
+                )
             self._closing = True
             for serve_id in self._core.serves:
                 self._verdicts.setdefault(serve_id, closed_before_the_end())
@@ -153,6 +154,12 @@ class FunctionRunner(Serving):
 
     def _reader(self, serve: Serve) -> _Reader:
         return _Reader(self, serve)
+
+    def _reader_ended(self, thread: threading.Thread) -> None:
+        """Keep a reader that may still be closing its stream, for ``close()`` to join."""
+        with self._lock:
+            alive = [reader for reader in self._ended_readers if reader.is_alive()]
+            self._ended_readers = [*alive, thread]
 
     def _change_serve(self, serve: Serve, change: Callable[[], T]) -> T:
         with self._lock:
@@ -376,10 +383,7 @@ class _Reader:
         with self._lock:
             if self._stream is not None:
                 self._stream.close()
-        with self.runner._lock:
-            readers = self.runner._ended_readers
-            readers[:] = [thread for thread in readers if thread.is_alive()]
-            readers.append(self._thread)
+        self.runner._reader_ended(self._thread)
 
     def _run(self) -> None:
         put, serve_id = self.runner._deliver, self.serve.id
