@@ -381,8 +381,8 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
         description=(
             "Settle a call in doubt (started, no saved result, its owner gone) once you "
             "know what its function did. --output and --failed save a result that the next "
-            "serve or recover submits; --rerun forgets the record so that the next runner "
-            "serving the Session runs the function again."
+            "serve or recover submits; --rerun clears the call to run again: the next runner "
+            "serving the Session runs the function, and the record keeps its history."
         ),
     )
     _store_options(resolve, required=True)
@@ -582,6 +582,8 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         note = ""
         if record.state is CallState.STARTED and record.key in doubted:
             note = "  (in doubt: its owner is gone)"
+        elif record.state is CallState.IN_DOUBT and record.settled_by is not None:
+            note = f"  (in doubt; to run again: {record.settled_by})"
         elif record.settled_by is not None:
             note = f"  (was in doubt; settled by {record.settled_by})"
         if record.late_outcome is not None:
@@ -622,8 +624,9 @@ def _run_calls_show(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .runner._results import failure_event, success_event
-    from .store import InvalidTransitionError
+    from .store import CallState, InvalidTransitionError
     from .store._base import StoreBase
+    from .store._records import MANUAL_RERUN
 
     store = _open(args, parser)
     try:
@@ -637,7 +640,7 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
         (record,) = matches
         key = record.key
         if args.rerun:
-            event, how = None, "manual:rerun"
+            event, how = None, MANUAL_RERUN
         elif args.failed is not None:
             event, how = failure_event(key, args.failed), "manual:failed"
         else:
@@ -660,13 +663,13 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
                 "turn_id": key.turn_id,
                 "call_id": key.call_id,
                 "settled_by": how,
-                "record": None if settled is None else _record_json(settled, in_doubt=False),
+                "record": _record_json(settled, in_doubt=settled.state is CallState.IN_DOUBT),
             }
         )
-    elif settled is None:
+    elif args.rerun:
         print(
-            f"Call {key.call_id} forgotten: the next runner serving Session {key.session_id} "
-            "runs it again"
+            f"Call {key.call_id} cleared to run again: the next runner serving Session "
+            f"{key.session_id} runs it again (its record keeps the history)"
         )
     else:
         print(

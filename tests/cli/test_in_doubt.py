@@ -18,7 +18,7 @@ import pytest
 
 from openagentcore import Client, FunctionRunner, PostgresResultStore, SQLiteResultStore
 from openagentcore.cli import EXIT_ATTENTION, EXIT_OK, main
-from openagentcore.store import CallKey, CallState, ResultStore
+from openagentcore.store import CallKey, CallRecord, CallState, ResultStore
 from openagentcore.types import FunctionCallAction, FunctionCallOutputItem
 
 from ._support import TOOL, pending_call
@@ -192,24 +192,64 @@ def test_calls_resolve_rerun_lets_the_next_runner_run_the_function(
     client, session_id, action, _ = setup
     key = _leave_in_doubt(store, session_id, action)
 
-    assert main(["calls", "resolve", action.call_id, *store.args, "--rerun"]) == EXIT_OK
-    assert "runs it again" in capsys.readouterr().out
-    assert _record(store, key) is None
+    resolved = _json(["calls", "resolve", action.call_id, *store.args, "--rerun"], capsys)
+    assert isinstance(resolved, dict)
+    assert resolved["settled_by"] == "manual:rerun"
+    assert resolved["record"]["state"] == "in_doubt"
+    assert main(["calls", "list", *store.args]) == EXIT_OK
+    assert "(in doubt; to run again: manual:rerun)" in capsys.readouterr().out
 
     runs: list[str] = []
     runner = FunctionRunner(client, store=store.open())
 
     @runner.function(name="refund")
     def refund(order_id: str = "") -> str:
-        """Refund an order."""
+        """Refund an order (not idempotent: only a person may have it run again)."""
         runs.append(order_id)
         return "refunded again"
 
     with runner:
         report = runner.serve(session_id, timeout=30)
-    assert report.calls_run == 1
+        assert (report.calls_run, report.in_doubt) == (1, [])
+        assert runner.serve(session_id, timeout=30).calls_run == 0
     assert len(runs) == 1
     assert _wait_output(client, session_id).status == "completed"
+    # The record keeps its history: in doubt once, run again by hand, a second attempt.
+    stored = _record(store, key)
+    assert isinstance(stored, CallRecord)
+    assert stored.state in (CallState.SUBMITTED, CallState.APPLIED)
+    assert (stored.attempts, stored.settled_by) == (2, "manual:rerun")
+    assert stored.in_doubt_at is not None
+
+
+def test_calls_resolve_rerun_prints_what_happens_next(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, session_id, action, _ = setup
+    _leave_in_doubt(store, session_id, action)
+
+    assert main(["calls", "resolve", action.call_id, *store.args, "--rerun"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert f"the next runner serving Session {session_id} runs it again" in out
+
+
+def test_recover_without_the_function_leaves_a_rerun_pending_not_in_doubt(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A person already decided: ``recover`` (which has no functions) must not report the
+    call in doubt again, nor settle it with a failure."""
+    _, session_id, action, _ = setup
+    key = _leave_in_doubt(store, session_id, action)
+    assert main(["calls", "resolve", action.call_id, *store.args, "--rerun"]) == EXIT_OK
+    capsys.readouterr()
+
+    report = _json(["recover", session_id, *store.args], capsys)
+    assert isinstance(report, dict)
+    assert report["in_doubt"] == []
+    assert action.call_id in json.dumps(report["left_pending"])
+    stored = _record(store, key)
+    assert isinstance(stored, CallRecord)
+    assert (stored.state, stored.settled_by) == (CallState.IN_DOUBT, "manual:rerun")
 
 
 def test_calls_resolve_refuses_a_call_that_is_not_in_doubt(

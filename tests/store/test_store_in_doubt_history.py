@@ -117,16 +117,69 @@ def test_a_stale_started_call_can_be_settled_by_hand(store: ResultStore) -> None
     assert (record.state, record.settled_by) == (CallState.COMPLETED, "manual:failed")
 
 
-def test_a_rerun_by_hand_forgets_the_record_so_the_next_claim_wins(store: ResultStore) -> None:
+def test_a_rerun_by_hand_keeps_the_record_for_one_take_over(store: ResultStore) -> None:
+    """``calls resolve --rerun`` keeps the call's history: the record stays, marked for a
+    re-run, and the attempt count goes on (it was deleted before, losing both)."""
     _in_doubt(store)
+    doubted = store.get(KEY)
+    assert doubted is not None
 
-    assert store.settle_by_hand(KEY, None, settled_by="manual:rerun") is None  # type: ignore[attr-defined]
+    store.settle_by_hand(KEY, None, settled_by="manual:rerun")  # type: ignore[attr-defined]
 
-    assert store.get(KEY) is None
-    claim = store.claim(
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.attempts, record.settled_by, record.owner) == (
+        CallState.IN_DOUBT,
+        1,
+        "manual:rerun",
+        None,
+    )
+    assert record.in_doubt_at == doubted.in_doubt_at
+    fresh = store.claim(
         KEY, function_name="pay", arguments_hash="h", owner="far:3:c", lease_seconds=LEASE
     )
-    assert claim.won
+    assert not fresh.won
+    assert store.take_over(KEY, owner="far:3:c", lease_seconds=LEASE, expected_attempts=1).won
+    late = store.take_over(KEY, owner="far:4:d", lease_seconds=LEASE, expected_attempts=1)
+    assert not late.won
+    store.save_result(KEY, OK, owner="far:3:c")
+    store.mark(KEY, CallState.SUBMITTED)
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.attempts, record.settled_by) == (
+        CallState.SUBMITTED,
+        2,
+        "manual:rerun",
+    )
+    assert record.in_doubt_at == doubted.in_doubt_at
+
+
+def test_a_rerun_by_hand_survives_a_claim_given_back_but_not_a_second_crash(
+    store: ResultStore,
+) -> None:
+    """A runner that takes the call over and gives it back unrun (its serve ended first)
+    leaves the person's decision standing; a rerun whose owner dies in turn is in doubt
+    again and needs a new decision."""
+    _in_doubt(store)
+    store.settle_by_hand(KEY, None, settled_by="manual:rerun")  # type: ignore[attr-defined]
+    assert store.take_over(KEY, owner="far:3:c", lease_seconds=LEASE, expected_attempts=1).won
+
+    store.release(KEY, owner="far:3:c")
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.attempts, record.settled_by) == (
+        CallState.IN_DOUBT,
+        1,
+        "manual:rerun",
+    )
+    dead = dead_owner()
+    assert store.take_over(KEY, owner=dead, lease_seconds=LEASE, expected_attempts=1).won
+    assert store.mark_in_doubt(KEY, owner="far:4:d", expected_attempts=2)
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.attempts, record.settled_by) == (CallState.IN_DOUBT, 2, None)
 
 
 def test_only_calls_in_doubt_can_be_settled_by_hand(store: ResultStore) -> None:

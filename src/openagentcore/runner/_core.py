@@ -39,7 +39,7 @@ from ..store import (
     StoreUnavailableError,
     arguments_hash,
 )
-from ..store._records import idempotency_key_for
+from ..store._records import MANUAL_RERUN, idempotency_key_for
 from ..types import (
     FunctionCallAction,
     FunctionCallItem,
@@ -882,7 +882,8 @@ class RunnerCore:
 
     def _decide_existing(self, call: Call, record: CallRecord, stale: bool, now: float) -> None:
         """A record exists: settle the call from what it says, never by running again
-        unless it is a call in doubt whose function is idempotent."""
+        unless it is a call in doubt whose function is idempotent or that a person
+        cleared to run again (``calls resolve --rerun``)."""
         self._unconfirmed.discard(call.key)
         call.attempts = record.attempts
         if record.state in (CallState.APPLIED, CallState.ABANDONED):
@@ -896,6 +897,17 @@ class RunnerCore:
             self._count(call.key.session_id, "results_resubmitted")
         elif call.function is None:
             self._leave_unknown(call, record, stale)
+        elif record.state is CallState.IN_DOUBT and record.settled_by == MANUAL_RERUN:
+            logger.warning(
+                "Call %s of %s in Session %s was cleared to run again by hand; running it",
+                call.key.call_id,
+                call.name,
+                call.key.session_id,
+            )
+            self._move(call, Phase.TAKING_OVER)
+            self._emit(
+                call, TakeOver(call.key, self.owner, self.lease_seconds, record.attempts), now
+            )
         elif record.state is CallState.IN_DOUBT:
             self._in_doubt(call, record.attempts, now)
         elif stale or record.owner == self.owner:
@@ -929,7 +941,8 @@ class RunnerCore:
         view.not_mine.add(call.key)
         report_to = "left_pending"
         if record is not None and (record.state is CallState.IN_DOUBT or stale):
-            report_to = "in_doubt"
+            # A call cleared to run again by hand waits for a runner that serves it.
+            report_to = "left_pending" if record.settled_by == MANUAL_RERUN else "in_doubt"
         self._report_key(call.key.session_id, report_to, call.key)
         self._done(call, "left_pending" if report_to == "left_pending" else "in_doubt_elsewhere")
 

@@ -106,11 +106,12 @@ class StoreBase(abc.ABC):
 
     def settle_by_hand(
         self, key: CallKey, result: Mapping[str, Any] | None, *, settled_by: str
-    ) -> CallRecord | None:
+    ) -> CallRecord:
         """Settle a call in doubt by hand: save ``result`` (the ``tool_result`` event) for
-        the next ``serve`` or ``recover`` to submit, or with ``None`` forget the record so
-        that the next runner runs the call again. Returns the saved record (``None`` when
-        forgotten); raises :class:`InvalidTransitionError` for a call not in doubt."""
+        the next ``serve`` or ``recover`` to submit, or with ``None`` clear the call to run
+        again (``settled_by="manual:rerun"``): the next runner serving its function runs
+        it. Returns the record now stored; raises :class:`InvalidTransitionError` for
+        a call not in doubt."""
         text = None if result is None else _rules.encode_result(result)
         saved = _rules.decode_result(text)
         record, changed = self._update(
@@ -126,7 +127,7 @@ class StoreBase(abc.ABC):
                 f"{' with a saved result' if record.has_result() else ''}, not in doubt; "
                 "only a call in doubt can be resolved by hand"
             )
-        return None if result is None else record
+        return record
 
     def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
         for key, state in changes:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "MANUAL_RERUN",
     "PRUNABLE_STATES",
     "RAW_HASH_PREFIX",
     "SETTLED_STATES",
@@ -59,6 +60,12 @@ SETTLED_STATES: frozenset[CallState] = frozenset({CallState.APPLIED, CallState.A
 PRUNABLE_STATES: frozenset[CallState] = SETTLED_STATES | {CallState.SUBMITTED}
 
 
+#: ``settled_by`` of a call in doubt that a person cleared to run again
+#: (``openagentcore calls resolve --rerun``): the next runner serving its function runs
+#: it, whether or not the function is idempotent.
+MANUAL_RERUN = "manual:rerun"
+
+
 @dataclass(frozen=True, slots=True)
 class CallKey:
     """The identity of one function call: the server never reuses the triple."""
@@ -91,7 +98,9 @@ class CallRecord:
     #: owner gone), kept after it is settled.
     in_doubt_at: float | None = None
     #: How a call in doubt was settled: ``rerun`` (run again), ``failed`` or ``result``
-    #: (a runner's policy), ``manual:output`` or ``manual:failed`` (``calls resolve``).
+    #: (a runner's policy), ``manual:output``, ``manual:failed`` or ``manual:rerun``
+    #: (``calls resolve``; a call marked ``manual:rerun`` stays ``IN_DOUBT`` until a
+    #: runner serving its function runs it again).
     settled_by: str | None = None
     #: What the function produced after its ``timeout`` had failed the call: the
     #: ``tool_result`` event it would have sent (a failed one if it raised), never sent.

@@ -16,6 +16,7 @@ from typing import Any
 
 from ._exceptions import InvalidTransitionError
 from ._records import (
+    MANUAL_RERUN,
     SETTLED_STATES,
     CallKey,
     CallRecord,
@@ -305,6 +306,9 @@ def take_over(
         return None
     # Taking over a call in doubt (or a stale one, which is in doubt) runs it again.
     doubted = record.state is CallState.IN_DOUBT or record.owner != owner
+    settled_by = record.settled_by
+    if doubted and not _cleared_to_rerun(record):
+        settled_by = "rerun"
     return replace(
         record,
         state=CallState.STARTED,
@@ -313,8 +317,12 @@ def take_over(
         lease_expires_at=now + lease_seconds,
         updated_at=now,
         in_doubt_at=_first_doubt(record, now) if doubted else record.in_doubt_at,
-        settled_by="rerun" if doubted else record.settled_by,
+        settled_by=settled_by,
     )
+
+
+def _cleared_to_rerun(record: CallRecord) -> bool:
+    return record.state is CallState.IN_DOUBT and record.settled_by == MANUAL_RERUN
 
 
 def _first_doubt(record: CallRecord, now: float) -> float:
@@ -419,7 +427,8 @@ def release(record: CallRecord, *, owner: str, now: float) -> CallRecord | Delet
         lease_expires_at=None,
         updated_at=now,
         in_doubt_at=_first_doubt(record, now),
-        settled_by=None,
+        # A person's "run it again" still stands: the released claim never ran it.
+        settled_by=MANUAL_RERUN if record.settled_by == MANUAL_RERUN else None,
     )
 
 
@@ -436,20 +445,29 @@ def keep_late_outcome(
 
 def settle_by_hand(
     record: CallRecord, result: dict[str, Any] | None, *, settled_by: str, now: float
-) -> CallRecord | Delete | None:
+) -> CallRecord | None:
     """A person settles a call in doubt (``openagentcore calls resolve``).
 
     With ``result``, it is saved for the next ``serve`` or ``recover`` to submit. Without,
-    the record is deleted so that the next runner claims the call afresh and runs it:
-    today's runners re-run a call in doubt only for idempotent functions. Only calls in
-    doubt qualify: marked so, or started without a result by an owner that is gone.
+    the call stays in doubt, marked ``settled_by`` (``manual:rerun``), and the next runner
+    serving its function runs it again; the record keeps its history (``in_doubt_at``,
+    ``attempts``). Only calls in doubt qualify: marked so, or started without a result by
+    an owner that is gone.
     """
     if record.has_result():
         return None
     if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now):
         return None
     if result is None:
-        return DELETE
+        return replace(
+            record,
+            state=CallState.IN_DOUBT,
+            owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+            in_doubt_at=_first_doubt(record, now),
+            settled_by=settled_by,
+        )
     return replace(
         record,
         state=CallState.COMPLETED,
