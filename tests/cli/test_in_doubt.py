@@ -10,9 +10,10 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,6 +251,81 @@ def test_recover_without_the_function_leaves_a_rerun_pending_not_in_doubt(
     stored = _record(store, key)
     assert isinstance(stored, CallRecord)
     assert (stored.state, stored.settled_by) == (CallState.IN_DOUBT, "manual:rerun")
+
+
+class _ResolvedJustBeforeThePolicySaves(SQLiteResultStore):
+    """A person runs ``calls resolve --rerun`` while a runner's in-doubt policy answers:
+    the person's write lands first, the policy's failed result right after it."""
+
+    def save_result(
+        self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
+    ) -> CallRecord:
+        if owner is None and result.get("success") is False:
+            self.settle_by_hand(key, None, settled_by="manual:rerun")
+        return super().save_result(key, result, owner=owner)
+
+
+def test_a_rerun_by_hand_wins_over_a_policy_answer_that_lands_after_it(
+    setup: Setup, tmp_path: Path
+) -> None:
+    client, session_id, action, _ = setup
+    sqlite = StoreUnderTest([], "sqlite", path=tmp_path / "calls.db")
+    key = _leave_in_doubt(sqlite, session_id, action)
+    runs: list[str] = []
+    runner = FunctionRunner(client, store=_ResolvedJustBeforeThePolicySaves(tmp_path / "calls.db"))
+
+    @runner.function(name="refund")
+    def refund(order_id: str = "") -> str:
+        """Refund an order (not idempotent: its policy fails a call in doubt)."""
+        runs.append(order_id)
+        return "refunded again"
+
+    with runner:
+        report = runner.serve(session_id, timeout=30)
+    assert len(runs) == 1
+    assert report.calls_run == 1
+    assert _wait_output(client, session_id).status == "completed"
+    stored = _record(sqlite, key)
+    assert isinstance(stored, CallRecord)
+    assert stored.result is not None
+    assert stored.result["success"] is True
+    assert (stored.attempts, stored.settled_by) == (2, "manual:rerun")
+
+
+def test_a_run_that_ends_after_a_rerun_by_hand_saves_its_result_instead(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """The owner was slow, not gone: its lease ran out, a person cleared the call to run
+    again, then the first run saved its result. That result is kept, so nothing runs the
+    function a second time."""
+    client, session_id, action, _ = setup
+    sqlite = StoreUnderTest([], "sqlite", path=tmp_path / "calls.db")
+    key = _leave_in_doubt(sqlite, session_id, action)
+    assert main(["calls", "resolve", action.call_id, "--store", str(sqlite.path), "--rerun"]) == 0
+    opened = sqlite.open()
+    result = {
+        "type": "agent.session.input.tool_result",
+        "turn_id": key.turn_id,
+        "call_id": key.call_id,
+        "success": True,
+        "output": "first run",
+    }
+    try:
+        saved = opened.save_result(key, result, owner="another-host:1:ab")
+    finally:
+        opened.close()
+    assert saved.state is CallState.COMPLETED
+    assert saved.settled_by is None  # the first run finished: nobody settled it
+
+    runs: list[str] = []
+    runner = FunctionRunner(client, store=sqlite.open())
+    runner.function(name="refund", description="Refund an order.")(
+        lambda order_id="": runs.append(order_id) or "again"
+    )
+    with runner:
+        report = runner.serve(session_id, timeout=30)
+    assert (runs, report.results_resubmitted) == ([], 1)
+    assert "first run" in json.dumps(_wait_output(client, session_id).model_dump())
 
 
 def test_calls_resolve_refuses_a_call_that_is_not_in_doubt(

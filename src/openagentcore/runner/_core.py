@@ -1112,6 +1112,10 @@ class RunnerCore:
         call.lease_held = False
         call.event = None
         if not record.has_result():
+            if record.state is CallState.IN_DOUBT and record.settled_by == MANUAL_RERUN:
+                # A person cleared it to run again before the policy's answer landed.
+                self._decide_existing(call, record, False, now)
+                return
             # The call was settled meanwhile (abandoned); nothing to post.
             self._done(call, "duplicate")
             return

@@ -343,11 +343,17 @@ def save_result(
     record: CallRecord, result: dict[str, Any], *, owner: str | None, now: float
 ) -> CallRecord | None:
     """Store the first result of a running call. A saved result is never replaced, and a
-    settled call is left as it is (an abandoned call stays abandoned)."""
+    settled call is left as it is (an abandoned call stays abandoned). A call a person
+    cleared to run again takes a result from a run (``owner``), not from a runner's
+    in-doubt policy (``owner=None``)."""
     if record.has_result() or record.state not in _RUNNABLE:
         return None
     settled_by = record.settled_by
-    if record.state is CallState.IN_DOUBT and settled_by is None:
+    if _cleared_to_rerun(record):
+        if owner is None:
+            return None  # a runner's policy answer does not override a person's rerun
+        settled_by = None  # the run thought lost finished after all: nobody settled it
+    elif record.state is CallState.IN_DOUBT and settled_by is None:
         # A runner's in-doubt policy answered without running the function again.
         settled_by = "failed" if result.get("success") is False else "result"
     return replace(
