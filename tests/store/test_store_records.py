@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -14,9 +18,15 @@ from openagentcore.store import (
     arguments_hash,
     idempotency_key_for,
     new_owner_id,
+    owner_is_alive,
     owner_is_dead,
 )
-from openagentcore.store._records import RAW_HASH_PREFIX, process_host
+from openagentcore.store._records import (
+    RAW_HASH_PREFIX,
+    owner_closed,
+    owner_opened,
+    process_host,
+)
 
 from ._support import dead_owner
 
@@ -65,6 +75,84 @@ def test_a_process_in_another_pid_namespace_is_not_probed() -> None:
 )
 def test_owners_that_cannot_be_checked_are_not_dead(owner: str) -> None:
     assert not owner_is_dead(owner)
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        "another-host.example:1:123-abc",
+        "no-pid-here",
+        f"{process_host()}:1:abc",  # pid 1 runs, but an id without a start time proves nothing
+        f"{process_host()}:1:1-abc",  # pid 1 did not start then
+    ],
+)
+def test_owners_that_cannot_be_shown_running_are_not_alive(owner: str) -> None:
+    assert not owner_is_alive(owner)
+
+
+def test_an_owner_of_this_process_is_alive_while_its_runner_is_open() -> None:
+    owner = new_owner_id()
+    assert not owner_is_alive(owner)  # nothing looks after its claims yet
+    owner_opened(owner)
+    try:
+        assert owner_is_alive(owner)
+        assert not owner_is_dead(owner)
+    finally:
+        owner_closed(owner)
+    assert not owner_is_alive(owner)
+    assert not owner_is_dead(owner)  # closed, not gone: its lease decides
+
+
+@pytest.fixture
+def other_process() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A process on this host that made an owner id and keeps running."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from openagentcore.store import new_owner_id\n"
+            "print(new_owner_id(), flush=True)\n"
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    owner = child.stdout.readline().strip()
+    yield child, owner
+    child.kill()
+    child.wait()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_a_running_process_on_this_host_is_alive_until_it_exits(
+    other_process: tuple[subprocess.Popen[str], str],
+) -> None:
+    child, owner = other_process
+    assert owner_is_alive(owner)
+    assert not owner_is_dead(owner)
+
+    child.send_signal(signal.SIGKILL)
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
+    assert not owner_is_alive(owner)  # a zombie runs nothing
+    assert owner_is_dead(owner)
+    child.wait()
+    assert not owner_is_alive(owner)
+    assert owner_is_dead(owner)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_a_pid_now_naming_a_later_process_is_a_dead_owner(
+    other_process: tuple[subprocess.Popen[str], str],
+) -> None:
+    _child, owner = other_process
+    host, pid, token = owner.rsplit(":", 2)
+    started, _, random = token.partition("-")
+    earlier = f"{host}:{pid}:{int(started) - 1}-{random}"  # the pid's previous process
+
+    assert not owner_is_alive(earlier)
+    assert owner_is_dead(earlier)
 
 
 def test_idempotency_keys_are_stable_short_and_distinct() -> None:

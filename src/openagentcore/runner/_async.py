@@ -25,6 +25,7 @@ from typing_extensions import Unpack
 
 from .._client import AsyncClient
 from ..store import CallKey
+from ..store._records import owner_closed
 from . import _pump as pump
 from ._base import RunnerError, RunnerOptions, ServeTimeout, closed_before_the_end
 from ._context import CallContext, cancel_call
@@ -129,6 +130,7 @@ class AsyncFunctionRunner(AsyncServing):
             task.cancel()
         self._function_threads.shutdown(wait=False)
         await asyncio.to_thread(self._store_threads.shutdown, wait=True)
+        owner_closed(self._core.owner)  # nothing renews its leases any more
         await asyncio.to_thread(self.store.close)
 
     async def __aenter__(self) -> AsyncFunctionRunner:

@@ -13,6 +13,7 @@ from typing_extensions import TypedDict
 
 from ..resources._base import CallOptions
 from ..store import ResultStore, new_owner_id, open_store
+from ..store._records import owner_opened
 from ..types import InputMessageEvent, MessageItem, UserMessage
 from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore, RunnerError, Serve
 from ._execution import Hooks
@@ -143,9 +144,11 @@ class RunnerBase:
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
         )
+        owner = new_owner_id()
+        owner_opened(owner)  # until close(): no clock makes this runner's claims look lost
         self._core = RunnerCore(
             self._registry,
-            owner=new_owner_id(),
+            owner=owner,
             lease_seconds=lease_seconds,
             max_concurrency=max_concurrency,
             unknown_functions=unknown_functions,

@@ -27,6 +27,7 @@ from typing_extensions import Unpack
 from .._client import Client
 from .._streaming import EventStream
 from ..store import CallKey
+from ..store._records import owner_closed
 from . import _pump as pump
 from ._base import RunnerError, RunnerOptions, ServeTimeout, closed_before_the_end
 from ._context import CallContext, cancel_call
@@ -123,6 +124,7 @@ class FunctionRunner(Serving):
         self._functions.shutdown(wait=False)
         self._hook_pool.shutdown(wait=True)
         self._http_pool.shutdown(wait=True)
+        owner_closed(self._core.owner)  # nothing renews its leases any more
         self.store.close()
 
     def __enter__(self) -> FunctionRunner:

@@ -32,6 +32,7 @@ from ._records import (
     arguments_hash,
     idempotency_key_for,
     new_owner_id,
+    owner_is_alive,
     owner_is_dead,
 )
 from ._sqlite import SQLiteResultStore
@@ -60,6 +61,7 @@ __all__ = [
     "idempotency_key_for",
     "new_owner_id",
     "open_store",
+    "owner_is_alive",
     "owner_is_dead",
 ]
 

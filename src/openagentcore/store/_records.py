@@ -26,6 +26,7 @@ __all__ = [
     "arguments_hash",
     "idempotency_key_for",
     "new_owner_id",
+    "owner_is_alive",
     "owner_is_dead",
 ]
 
@@ -130,9 +131,12 @@ def new_owner_id() -> str:
 
     On Linux ``host`` is the host name plus the pid namespace (``name/4026531836``), so
     containers that share a host name but not their process ids never judge each other's
-    processes dead.
+    processes dead, and the token starts with the process's start time (``ticks-random``),
+    so a process on this host can tell that the owner is still running.
     """
-    return f"{process_host()}:{os.getpid()}:{secrets.token_hex(6)}"
+    started = _start_time(os.getpid())
+    token = secrets.token_hex(6)
+    return f"{process_host()}:{os.getpid()}:{token if started is None else f'{started}-{token}'}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,23 +149,86 @@ def process_host() -> str:
     return f"{socket.gethostname()}/{namespace}"
 
 
+#: The owners of this process's runners that are open: a claim one holds is being
+#: looked after, however old its lease looks.
+_OPEN_OWNERS: set[str] = set()
+
+
+def owner_opened(owner: str) -> None:
+    """``owner`` (a runner of this process) now looks after its claims."""
+    _OPEN_OWNERS.add(owner)
+
+
+def owner_closed(owner: str) -> None:
+    """``owner``'s runner is closed: its claims are left to their leases."""
+    _OPEN_OWNERS.discard(owner)
+
+
+def _local_pid(owner: str) -> tuple[int, str] | None:
+    """The pid and token of an owner on this host (and pid namespace), else ``None``."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != process_host():
+        return None
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return None
+    if pid <= 0 or sys.platform == "win32":
+        # Signal 0 is CTRL_C_EVENT on Windows, so a probe would interrupt the process.
+        return None
+    return pid, parts[2]
+
+
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from ``/proc``), or ``None``
+    if it is not running (a zombie has exited) or the system does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count after its end.
+    fields = text[text.rfind(b")") + 2 :].split()
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None
+    return fields[19].decode("ascii", "replace")
+
+
+def _started_at(token: str) -> str | None:
+    started, dash, _ = token.partition("-")
+    return started if dash else None
+
+
+def owner_is_alive(owner: str) -> bool:
+    """Whether ``owner`` is known to be running: an open runner of this process, or a
+    process on this host that is the very one that made the id (same pid, same start
+    time). A claim such an owner holds is never taken for abandoned, whatever the clocks
+    say (a clock step or a paused process makes every lease look expired).
+
+    An owner elsewhere, or an id without a start time, is never reported alive: only its
+    lease says so.
+    """
+    local = _local_pid(owner)
+    if local is None:
+        return False
+    pid, token = local
+    if pid == os.getpid():
+        return owner in _OPEN_OWNERS
+    started = _started_at(token)
+    return started is not None and _start_time(pid) == started
+
+
 def owner_is_dead(owner: str) -> bool:
     """Whether ``owner`` is known to be gone: it ran on this host (and pid namespace) and
-    its process has exited.
+    its process has exited (or its pid now names a process that started later).
 
     An owner elsewhere, or an id :func:`new_owner_id` did not make, is never reported dead:
     only its lease can expire.
     """
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != process_host():
+    local = _local_pid(owner)
+    if local is None:
         return False
-    try:
-        pid = int(parts[1])
-    except ValueError:
-        return False
-    if pid <= 0 or sys.platform == "win32":
-        # Signal 0 is CTRL_C_EVENT on Windows, so the probe below would interrupt the process.
-        return False
+    pid, token = local
     if pid == os.getpid():
         return False
     try:
@@ -169,8 +236,11 @@ def owner_is_dead(owner: str) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:
-        return False  # the process exists but belongs to another user
-    return False
+        pass  # the process exists but belongs to another user
+    started = _started_at(token)
+    if started is None or not os.path.exists("/proc/self/stat"):
+        return False
+    return _start_time(pid) != started
 
 
 def idempotency_key_for(key: CallKey) -> str:

@@ -22,6 +22,7 @@ from ._records import (
     CallRecord,
     CallState,
     idempotency_key_for,
+    owner_is_alive,
     owner_is_dead,
 )
 
@@ -277,8 +278,15 @@ def started_record(
 
 
 def is_stale(record: CallRecord, *, now: float) -> bool:
-    """A started call without a result whose owner can no longer be trusted to finish it."""
+    """A started call without a result whose owner can no longer be trusted to finish it.
+
+    An owner known to be running (see :func:`owner_is_alive`) is trusted whatever its
+    lease says: a clock that steps forward, or a process paused for a while, makes a
+    lease look expired while its owner still runs the function.
+    """
     if record.state is not CallState.STARTED or record.has_result():
+        return False
+    if record.owner is not None and owner_is_alive(record.owner):
         return False
     if record.lease_expires_at is None or record.lease_expires_at <= now:
         return True
