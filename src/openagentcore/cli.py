@@ -382,9 +382,7 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
             "Settle a call in doubt (started, no saved result, its owner gone) once you "
             "know what its function did. --output and --failed save a result that the next "
             "serve or recover submits; --rerun clears the call to run again: the next runner "
-            "serving the Session runs the function, and the record keeps its history. A call "
-            "whose result the server refused (rejected) takes --output or --failed: the new "
-            "result replaces the refused one."
+            "serving the Session runs the function, and the record keeps its history."
         ),
     )
     _store_options(resolve, required=True)
@@ -879,11 +877,7 @@ def _print_report(report: ServeReport) -> None:
     for key in report.conflicts:
         print(f"  conflict: the server holds a different result for call {key.call_id}")
     for key in report.rejected:
-        print(
-            f"  refused: the server did not accept the saved result for call {key.call_id}; "
-            f"answer it with `openagentcore calls resolve {key.call_id} --output TEXT` "
-            "(or --failed MESSAGE)"
-        )
+        print(f"  refused: the server did not accept the saved result for call {key.call_id}")
     if report.store_errors:
         print(
             f"  the result store was unreachable {report.store_errors} time(s), so some calls "

@@ -328,59 +328,6 @@ def test_a_run_that_ends_after_a_rerun_by_hand_saves_its_result_instead(
     assert "first run" in json.dumps(_wait_output(client, session_id).model_dump())
 
 
-def _leave_refused(store: StoreUnderTest, session_id: str, action: FunctionCallAction) -> CallKey:
-    """A runner saved a result that the server refused (422): the call still waits."""
-    key = CallKey(session_id, action.turn_id, action.call_id)
-    opened = store.open()
-    try:
-        opened.claim(
-            key, function_name=action.name, arguments_hash="x", owner="h:1:a", lease_seconds=60
-        )
-        refused = {
-            "type": "agent.session.input.tool_result",
-            "turn_id": key.turn_id,
-            "call_id": key.call_id,
-            "success": True,
-            "output": "a result the server refused",
-        }
-        opened.save_result(key, refused, owner="h:1:a")
-        opened.mark(key, CallState.REJECTED)
-    finally:
-        opened.close()
-    return key
-
-
-def test_calls_resolve_answers_a_call_whose_result_the_server_refused(
-    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Before, nothing could settle a rejected record: ``resolve`` refused it ("not in
-    doubt") and ``prune`` keeps it, so the Turn waited until it was cancelled."""
-    client, session_id, action, _ = setup
-    key = _leave_refused(store, session_id, action)
-    before = _record(store, key)
-    assert isinstance(before, CallRecord)
-    assert main(["calls", "resolve", action.call_id, *store.args, "--rerun"]) == EXIT_ATTENTION
-    assert "running the function again would not help" in capsys.readouterr().err
-
-    resolved = _json(
-        ["calls", "resolve", action.call_id, *store.args, "--failed", "refund needs a person"],
-        capsys,
-    )
-    assert isinstance(resolved, dict)
-    assert (resolved["settled_by"], resolved["record"]["state"]) == ("manual:failed", "completed")
-    report = _json(["recover", session_id, *store.args], capsys)
-    assert isinstance(report, dict)
-    assert report["rejected"] == []
-
-    output = _wait_output(client, session_id)
-    assert output.status == "failed"
-    assert "refund needs a person" in json.dumps(output.model_dump())
-    after = _record(store, key)
-    assert isinstance(after, CallRecord)
-    assert after.state in (CallState.SUBMITTED, CallState.APPLIED)
-    assert after.idempotency_key != before.idempotency_key
-
-
 def test_calls_resolve_refuses_a_call_that_is_not_in_doubt(
     setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
 ) -> None:

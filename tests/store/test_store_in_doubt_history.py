@@ -182,51 +182,6 @@ def test_a_rerun_by_hand_survives_a_claim_given_back_but_not_a_second_crash(
     assert (record.state, record.attempts, record.settled_by) == (CallState.IN_DOUBT, 2, None)
 
 
-def _rejected(store: ResultStore) -> None:
-    _claim(store)
-    store.save_result(KEY, OK, owner="far:1:a")
-    store.mark(KEY, CallState.REJECTED)
-
-
-def test_a_refused_result_can_be_replaced_by_hand_under_a_key_of_its_own(
-    store: ResultStore,
-) -> None:
-    """The server refused the saved result and the call still waits: a person answers it
-    (``calls resolve --output/--failed``). The new result goes out under an idempotency
-    key of its own, so no key ever names two bodies."""
-    _rejected(store)
-    refused = store.get(KEY)
-    assert refused is not None
-
-    replaced = store.settle_by_hand(KEY, FAILED, settled_by="manual:failed")  # type: ignore[attr-defined]
-
-    assert store.get(KEY) == replaced
-    assert (replaced.state, replaced.result, replaced.settled_by) == (
-        CallState.COMPLETED,
-        FAILED,
-        "manual:failed",
-    )
-    assert replaced.idempotency_key != refused.idempotency_key
-    assert replaced.idempotency_key.startswith(refused.idempotency_key)
-    assert len(replaced.idempotency_key) <= 128
-    # Once replaced, the result is saved like any other: never replaced again.
-    with pytest.raises(InvalidTransitionError, match="saved result"):
-        store.settle_by_hand(KEY, OK, settled_by="manual:output")  # type: ignore[attr-defined]
-
-
-def test_a_refused_result_is_never_settled_by_running_the_function_again(
-    store: ResultStore,
-) -> None:
-    _rejected(store)
-
-    with pytest.raises(InvalidTransitionError, match="rejected"):
-        store.settle_by_hand(KEY, None, settled_by="manual:rerun")  # type: ignore[attr-defined]
-
-    record = store.get(KEY)
-    assert record is not None
-    assert (record.state, record.result) == (CallState.REJECTED, OK)
-
-
 def test_only_calls_in_doubt_can_be_settled_by_hand(store: ResultStore) -> None:
     _claim(store, owner="far:1:a")  # alive and running
     with pytest.raises(InvalidTransitionError, match="not in doubt"):

@@ -1226,12 +1226,9 @@ class RunnerCore:
         else:
             logger.error(
                 "The server refused the result for call %s: %s. The call stays pending; "
-                "inspect it with `openagentcore calls show %s` and answer it with "
-                "`openagentcore calls resolve %s --output TEXT` (or --failed MESSAGE).",
+                "inspect it with `openagentcore calls show`.",
                 call.key.call_id,
                 error,
-                call.key.call_id,
-                call.key.call_id,
             )
             assert call.record is not None
             self._rejected(call, call.record, now, newly=True)

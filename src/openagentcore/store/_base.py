@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from . import _rules
 from ._exceptions import InvalidTransitionError, UnknownCallError
-from ._records import CallKey, CallRecord, CallState, Claim, replacement_idempotency_key
+from ._records import CallKey, CallRecord, CallState, Claim
 
 __all__ = ["Clock", "StoreBase", "normalize_find_filters", "validate_older_than"]
 
@@ -107,39 +107,25 @@ class StoreBase(abc.ABC):
     def settle_by_hand(
         self, key: CallKey, result: Mapping[str, Any] | None, *, settled_by: str
     ) -> CallRecord:
-        """Settle a call by hand. A call in doubt: save ``result`` (the ``tool_result``
-        event) for the next ``serve`` or ``recover`` to submit, or with ``None`` clear it
-        to run again (``settled_by="manual:rerun"``): the next runner serving its function
-        runs it. A call whose result the server refused: ``result`` replaces the refused
-        one, under an idempotency key of its own. Returns the record now stored; raises
-        :class:`InvalidTransitionError` for any other call."""
+        """Settle a call in doubt by hand: save ``result`` (the ``tool_result`` event) for
+        the next ``serve`` or ``recover`` to submit, or with ``None`` clear the call to run
+        again (``settled_by="manual:rerun"``): the next runner serving its function runs
+        it. Returns the record now stored; raises :class:`InvalidTransitionError` for
+        a call not in doubt."""
         text = None if result is None else _rules.encode_result(result)
         saved = _rules.decode_result(text)
-        replacement_key = "" if text is None else replacement_idempotency_key(key, text)
         record, changed = self._update(
             key,
             lambda current, now: _rules.settle_by_hand(
-                current,
-                saved,
-                settled_by=settled_by,
-                replacement_key=replacement_key,
-                now=now,
+                current, saved, settled_by=settled_by, now=now
             ),
             result_text=text,
-            replace_result=True,
         )
         if not changed:
-            if record.state is CallState.REJECTED:
-                raise InvalidTransitionError(
-                    f"call {key.call_id!r} is rejected: the server refused its result, so "
-                    "running the function again would not help; settle it with a result "
-                    "(--output or --failed) instead"
-                )
             raise InvalidTransitionError(
                 f"call {key.call_id!r} is {record.state.value}"
                 f"{' with a saved result' if record.has_result() else ''}, not in doubt; "
-                "only a call in doubt or a call whose result the server refused can be "
-                "resolved by hand"
+                "only a call in doubt can be resolved by hand"
             )
         return record
 
@@ -156,15 +142,12 @@ class StoreBase(abc.ABC):
         *,
         result_text: str | None = None,
         late_outcome_text: str | None = None,
-        replace_result: bool = False,
     ) -> tuple[CallRecord, bool]:
         """Atomically read ``key``'s record, let ``decide`` compute its next version
         (``None``: no change; ``_rules.DELETE``: delete it) and store it; returns the
         record now stored (the old one if deleted) and whether anything changed. The
-        texts are stored for a record that has no result or late outcome yet; with
-        ``replace_result`` (a person settling a refused result), ``result_text`` and the
-        decided idempotency key replace the stored ones. Raises ``UnknownCallError`` if
-        missing."""
+        texts are stored for a record that has no result or late outcome yet. Raises
+        ``UnknownCallError`` if missing."""
 
     @abc.abstractmethod
     def close(self) -> None:

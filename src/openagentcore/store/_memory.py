@@ -112,7 +112,6 @@ class MemoryResultStore(StoreBase):
         *,
         result_text: str | None = None,
         late_outcome_text: str | None = None,
-        replace_result: bool = False,
     ) -> tuple[CallRecord, bool]:
         with self._lock:
             rows = self._open_rows()
@@ -127,8 +126,6 @@ class MemoryResultStore(StoreBase):
                 del rows[key]
                 return current, True
             stored_text = _first(row[_rules.RESULT_INDEX], result_text)
-            if replace_result and result_text is not None:
-                stored_text = result_text
             late_text = _first(row[_rules.LATE_OUTCOME_INDEX], late_outcome_text)
             rows[key] = _rules.record_to_row(updated, stored_text, late_text)
             return updated, True

@@ -250,14 +250,6 @@ def idempotency_key_for(key: CallKey) -> str:
     return "oac-" + hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
 
-def replacement_idempotency_key(key: CallKey, result_text: str) -> str:
-    """The ``Idempotency-Key`` of a result a person saved in place of one the server
-    refused: the call's key plus a digest of the new body, so that no key ever names two
-    bodies and saving the same body again gives the same key (86 bytes)."""
-    digest = hashlib.sha256(result_text.encode("utf-8", errors="surrogatepass")).hexdigest()
-    return f"{idempotency_key_for(key)}-m{digest[:16]}"
-
-
 #: Prefix of the digest of arguments nested too deep for the JSON parser: those are hashed
 #: as the raw text, so they never match a canonical digest.
 RAW_HASH_PREFIX = "raw:"

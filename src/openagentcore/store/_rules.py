@@ -458,38 +458,16 @@ def keep_late_outcome(
 
 
 def settle_by_hand(
-    record: CallRecord,
-    result: dict[str, Any] | None,
-    *,
-    settled_by: str,
-    replacement_key: str,
-    now: float,
+    record: CallRecord, result: dict[str, Any] | None, *, settled_by: str, now: float
 ) -> CallRecord | None:
-    """A person settles a call (``openagentcore calls resolve``).
+    """A person settles a call in doubt (``openagentcore calls resolve``).
 
-    A call in doubt (marked so, or started without a result by an owner that is gone):
-    with ``result``, it is saved for the next ``serve`` or ``recover`` to submit; without,
+    With ``result``, it is saved for the next ``serve`` or ``recover`` to submit. Without,
     the call stays in doubt, marked ``settled_by`` (``manual:rerun``), and the next runner
     serving its function runs it again; the record keeps its history (``in_doubt_at``,
-    ``attempts``).
-
-    A call whose result the server refused (``REJECTED``): ``result`` replaces the refused
-    one, under ``replacement_key`` (the server never admitted the refused body, and no
-    key names two bodies). It is never settled by running the function again.
+    ``attempts``). Only calls in doubt qualify: marked so, or started without a result by
+    an owner that is gone.
     """
-    if record.state is CallState.REJECTED:
-        if result is None:
-            return None
-        return replace(
-            record,
-            state=CallState.COMPLETED,
-            result=result,
-            idempotency_key=replacement_key,
-            owner=None,
-            lease_expires_at=None,
-            updated_at=now,
-            settled_by=settled_by,
-        )
     if record.has_result():
         return None
     if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now):

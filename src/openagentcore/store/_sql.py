@@ -190,13 +190,6 @@ class SQLResultStore(StoreBase):
             f"updated_at = ?, in_doubt_at = ?, settled_by = ?, result = COALESCE(result, ?), "
             f"late_outcome = COALESCE(late_outcome, ?), late_at = ? WHERE {_KEY_MATCH}"
         )
-        # A person settling a refused result replaces it, under a key of its own.
-        self._settle_sql = self._sql(
-            f"UPDATE {table} SET state = ?, attempts = ?, owner = ?, lease_expires_at = ?, "
-            f"updated_at = ?, in_doubt_at = ?, settled_by = ?, result = COALESCE(?, result), "
-            f"late_outcome = COALESCE(late_outcome, ?), late_at = ?, idempotency_key = ? "
-            f"WHERE {_KEY_MATCH}"
-        )
         self._delete_sql = self._sql(f"DELETE FROM {table} WHERE {_KEY_MATCH}")
         prunable = ", ".join("?" for _ in PRUNABLE_STATES)
         self._prune_sql = self._sql(
@@ -338,12 +331,9 @@ class SQLResultStore(StoreBase):
         *,
         result_text: str | None = None,
         late_outcome_text: str | None = None,
-        replace_result: bool = False,
     ) -> tuple[CallRecord, bool]:
         return self._write(
-            lambda tx: self._update_in(
-                tx, key, decide, result_text, late_outcome_text, replace_result=replace_result
-            )
+            lambda tx: self._update_in(tx, key, decide, result_text, late_outcome_text)
         )
 
     def _update_in(
@@ -353,8 +343,6 @@ class SQLResultStore(StoreBase):
         decide: Callable[[CallRecord, float], _rules.Decision],
         result_text: str | None = None,
         late_outcome_text: str | None = None,
-        *,
-        replace_result: bool = False,
     ) -> tuple[CallRecord, bool]:
         """Read the row and the time under a lock, let ``decide`` compute its next
         version, write it."""
@@ -368,20 +356,20 @@ class SQLResultStore(StoreBase):
         if isinstance(updated, _rules.Delete):
             tx.execute(self._delete_sql, _key_params(key))
             return current, True
-        changes = (
-            updated.state.value,
-            updated.attempts,
-            updated.owner,
-            updated.lease_expires_at,
-            updated.updated_at,
-            updated.in_doubt_at,
-            updated.settled_by,
-            result_text,
-            late_outcome_text,
-            updated.late_at,
+        tx.execute(
+            self._update_sql,
+            (
+                updated.state.value,
+                updated.attempts,
+                updated.owner,
+                updated.lease_expires_at,
+                updated.updated_at,
+                updated.in_doubt_at,
+                updated.settled_by,
+                result_text,
+                late_outcome_text,
+                updated.late_at,
+                *_key_params(key),
+            ),
         )
-        if replace_result:
-            tx.execute(self._settle_sql, (*changes, updated.idempotency_key, *_key_params(key)))
-        else:
-            tx.execute(self._update_sql, (*changes, *_key_params(key)))
         return updated, True
