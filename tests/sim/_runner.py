@@ -40,6 +40,7 @@ from openagentcore.runner._pump import Message, Received, Stop, ask_in_doubt, ca
 from openagentcore.runner._registry import RegisteredFunction, describe_function
 from openagentcore.runner._serving_async import AsyncServing
 from openagentcore.store import CallKey, StoreKeyError, StoreUnavailableError
+from openagentcore.store._records import owner_closed
 from openagentcore.types import Session, Turn
 
 from ._server import REQUEST, Server
@@ -48,7 +49,7 @@ from ._tasks import SimFuture, Violation
 if TYPE_CHECKING:
     from ._world import SimWorker
 
-__all__ = ["LEASE_SECONDS", "MAX_ATTEMPTS", "SimRunner"]
+__all__ = ["CHECKED_BY_THE_APPLICATION", "LEASE_SECONDS", "MAX_ATTEMPTS", "SimRunner"]
 
 LEASE_SECONDS = 1.0
 MAX_ATTEMPTS = 3
@@ -72,8 +73,12 @@ def _raising_hook(call: InDoubtCall) -> InDoubtDecision:
     raise RuntimeError("the application's hook is broken")
 
 
+#: What ``_checking_hook`` answers for a call in doubt, without running it.
+CHECKED_BY_THE_APPLICATION = "checked by the application"
+
+
 def _checking_hook(call: InDoubtCall) -> InDoubtDecision:
-    return InDoubtDecision.result("checked by the application")
+    return InDoubtDecision.result(CHECKED_BY_THE_APPLICATION)
 
 
 class SimRunner(AsyncServing):
@@ -92,7 +97,8 @@ class SimRunner(AsyncServing):
             poll_interval=0.3,
             shutdown_grace=rng.choice((0.0, 0.5, 2.0)),
         )
-        self._core.owner = f"sim-{worker.generation}"  # a real owner id names this process
+        owner_closed(self._core.owner)  # a real owner id names this process:
+        self._core.owner = f"sim-{worker.generation}"  # the store judges by lease alone
         for function in _FUNCTIONS:
             counting = self._counting(function)
             self._registry.add(dataclasses.replace(function, func=counting, timeout=world.timeout))

@@ -12,7 +12,8 @@ POST responses, 5xx, redirects, transient and final 409s, slow responses and req
 timeouts, calls announced before they accept results, dropped and duplicated stream
 events, cancelled and failed Turns, Turns that end before ``run_turn`` learns their id,
 functions that exit without a result or finish after their timeout, ``on_in_doubt``
-hooks that raise, and workers killed at any effect boundary.
+hooks that raise, workers killed at any effect boundary, and an operator who settles
+calls in doubt by hand (``calls resolve``) while workers run.
 
 Afterwards :meth:`World.check` asserts the runner's promises.
 """
@@ -30,10 +31,22 @@ from typing import Any
 from openagentcore import APIError
 from openagentcore.runner import ServeReport, ServeTimeout
 from openagentcore.runner._core import RunnerCore, RunnerError
-from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
-from openagentcore.store import CallKey, MemoryResultStore
+from openagentcore.runner._results import (
+    ENDED_WITHOUT_RESULT,
+    IN_DOUBT_ERROR,
+    failure_event,
+    success_event,
+)
+from openagentcore.store import (
+    CallKey,
+    CallRecord,
+    CallState,
+    InvalidTransitionError,
+    MemoryResultStore,
+)
+from openagentcore.store._records import MANUAL_RERUN
 
-from ._runner import LEASE_SECONDS, MAX_ATTEMPTS, SimRunner
+from ._runner import CHECKED_BY_THE_APPLICATION, LEASE_SECONDS, MAX_ATTEMPTS, SimRunner
 from ._server import Server, ServerCall
 from ._tasks import SimFuture, Task, Violation
 
@@ -41,6 +54,18 @@ __all__ = ["Faults", "Violation", "World", "run_seed"]
 
 #: How long the final, fault-free worker has to settle everything.
 FINAL_TIMEOUT = 60.0
+#: What the operator's results say: no function produces them.
+BY_HAND_OUTPUT = "settled by hand"
+BY_HAND_ERROR = "refused by hand"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the operator last decided for a call, and its attempt count then."""
+
+    kind: str
+    attempts: int
+    event: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -100,6 +125,14 @@ class World:
         #: The functions' ``timeout``, drawn apart so that seeds without one replay the
         #: histories they had before timeouts were simulated.
         self.timeout = random.Random(f"timeout {seed}").choice((None, None, 0.05, 0.15))
+        #: The operator draws from a generator of its own, so that histories without one
+        #: replay as they did before it was simulated.
+        self.operator = random.Random(f"operator {seed}")
+        self.operator_rate = self.operator.choice((0.0, 0.0, self.operator.uniform(0.5, 3.0)))
+        #: The operator's last decision for each call it settled by hand.
+        self.decisions: dict[CallKey, Decision] = {}
+        #: Runs a person allowed on top of the function's own limit.
+        self.reruns_by_hand: Counter[CallKey] = Counter()
         self.now = 0.0
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
@@ -153,6 +186,8 @@ class World:
         self.driven = [self.server.add_session(role).id for role in roles if role]
         for role in roles:
             self.start_worker(drives=role)
+        if self.operator_rate:
+            self._operator_looks()
         self.run_until(8.0)
         # Chaos ends: every worker dies, nothing fails any more, and one clean worker
         # settles everything that is left, as an operator's restart would, and
@@ -165,6 +200,37 @@ class World:
         self.run_until(self.now + FINAL_TIMEOUT + 10.0, stop=final.finished)
         if not final.finished():
             raise Violation(f"seed {self.seed}: the final worker did not finish")
+
+    def _operator_looks(self) -> None:
+        """A person runs ``calls resolve`` on a call in doubt, now and then, while
+        workers run: a result by hand, or a rerun."""
+        if not self.chaos:
+            return
+        store, rng = self.store, self.operator
+        in_doubt = [
+            record
+            for record in store.find()
+            if (record.state is CallState.IN_DOUBT and record.settled_by != MANUAL_RERUN)
+            or store.is_stale(record)
+        ]
+        if in_doubt:
+            self._settle_by_hand(rng.choice(in_doubt), rng.choice(("output", "failed", "rerun")))
+        self.at(self.now + rng.expovariate(self.operator_rate), self._operator_looks)
+
+    def _settle_by_hand(self, record: CallRecord, kind: str) -> None:
+        key = record.key
+        event = {
+            "output": success_event(key, BY_HAND_OUTPUT),
+            "failed": failure_event(key, BY_HAND_ERROR),
+            "rerun": None,
+        }[kind]
+        try:
+            saved = self.store.settle_by_hand(key, event, settled_by=f"manual:{kind}")
+        except InvalidTransitionError:
+            return  # a worker moved it first: the command says so and changes nothing
+        self.decisions[key] = Decision(kind, saved.attempts, event)
+        if kind == "rerun":
+            self.reruns_by_hand[key] += 1
 
     def start_worker(self, *, drives: str | None = None, final: bool = False) -> SimWorker:
         """A worker that serves every Session until idle, or drives Turns of ``drives``
@@ -190,6 +256,7 @@ class World:
                 call_id = call.key.call_id
                 runs = self.runs[call.key]
                 limit = 1 if call.name == "charge" else MAX_ATTEMPTS
+                limit += self.reruns_by_hand[call.key]
                 if runs > limit:
                     raise Violation(
                         f"seed {self.seed}: {call.name} {call_id} ran {runs} times (limit {limit})"
@@ -202,6 +269,8 @@ class World:
                 record = self.store.get(call.key)
                 if record is not None and record.late_outcome is not None:
                     self._check_late(call, runs, record.late_outcome)
+                if record is not None and call.key in self.decisions:
+                    self._check_decision(record, self.decisions[call.key])
                 if accepted is None:
                     turn = session.turn(call.key.turn_id)
                     assert turn is not None
@@ -228,6 +297,27 @@ class World:
                         f"seed {self.seed}: idempotent {call_id} failed in doubt after "
                         f"{record.attempts} attempts"
                     )
+
+    def _check_decision(self, record: CallRecord, decision: Decision) -> None:
+        """A person's decision stands: a result by hand is the saved one, and a rerun is
+        not answered by a runner's policy unless a later attempt ran and was lost."""
+        call_id = record.key.call_id
+        if decision.event is not None and record.result != decision.event:
+            raise Violation(
+                f"seed {self.seed}: {call_id} was settled by hand, but the store holds "
+                f"another result: {record.result}"
+            )
+        if decision.kind != "rerun" or record.result is None:
+            return
+        result = record.result
+        by_policy = (result["success"] is False and result.get("error") == IN_DOUBT_ERROR) or (
+            result["success"] is True and result.get("output") == CHECKED_BY_THE_APPLICATION
+        )
+        if by_policy and record.attempts == decision.attempts:
+            raise Violation(
+                f"seed {self.seed}: {call_id} was cleared to run again by hand, but a "
+                f"runner's in-doubt policy answered it with no new attempt: {record.result}"
+            )
 
     def _check_late(self, call: ServerCall, runs: int, late: dict[str, Any]) -> None:
         """A late outcome is what a function that ran past its timeout produced."""

@@ -109,10 +109,24 @@ def _refused_results_waited_out(core: RunnerCore) -> None:
     core._refused_in_turn = lambda serve: []  # type: ignore[method-assign]
 
 
+def _reruns_by_hand_ignored(core: RunnerCore) -> None:
+    """Reverts the rule that a call cleared to run again by hand (``calls resolve
+    --rerun``) runs again: it is treated as any call in doubt."""
+    decide = core._decide_existing
+
+    def decide_existing(call: Call, record: CallRecord, stale: bool, now: float) -> None:
+        if record.settled_by == "manual:rerun":
+            record = dataclasses.replace(record, settled_by=None)
+        decide(call, record, stale, now)
+
+    core._decide_existing = decide_existing  # type: ignore[method-assign]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "mutation",
     [
+        _reruns_by_hand_ignored,
         _refused_results_waited_out,
         _no_attempt_cap,
         _stale_claims_run_again,
