@@ -187,6 +187,20 @@ def test_calls_resolve_saves_a_result_the_next_recover_submits(
     assert getattr(stored, "settled_by", None) == settled_by
 
 
+def _refund_runner(client: Client, store: ResultStore) -> tuple[FunctionRunner, list[str]]:
+    """A runner serving ``refund``, which is not idempotent, and the log of its runs."""
+    runs: list[str] = []
+    runner = FunctionRunner(client, store=store)
+
+    @runner.function(name="refund")
+    def refund(order_id: str = "") -> str:
+        """Refund an order."""
+        runs.append(order_id)
+        return "refunded again"
+
+    return runner, runs
+
+
 def test_calls_resolve_rerun_lets_the_next_runner_run_the_function(
     setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -200,15 +214,7 @@ def test_calls_resolve_rerun_lets_the_next_runner_run_the_function(
     assert main(["calls", "list", *store.args]) == EXIT_OK
     assert "(in doubt; to run again: manual:rerun)" in capsys.readouterr().out
 
-    runs: list[str] = []
-    runner = FunctionRunner(client, store=store.open())
-
-    @runner.function(name="refund")
-    def refund(order_id: str = "") -> str:
-        """Refund an order (not idempotent: only a person may have it run again)."""
-        runs.append(order_id)
-        return "refunded again"
-
+    runner, runs = _refund_runner(client, store.open())
     with runner:
         report = runner.serve(session_id, timeout=30)
         assert (report.calls_run, report.in_doubt) == (1, [])
@@ -271,15 +277,7 @@ def test_a_rerun_by_hand_wins_over_a_policy_answer_that_lands_after_it(
     client, session_id, action, _ = setup
     sqlite = StoreUnderTest([], "sqlite", path=tmp_path / "calls.db")
     key = _leave_in_doubt(sqlite, session_id, action)
-    runs: list[str] = []
-    runner = FunctionRunner(client, store=_ResolvedJustBeforeThePolicySaves(tmp_path / "calls.db"))
-
-    @runner.function(name="refund")
-    def refund(order_id: str = "") -> str:
-        """Refund an order (not idempotent: its policy fails a call in doubt)."""
-        runs.append(order_id)
-        return "refunded again"
-
+    runner, runs = _refund_runner(client, _ResolvedJustBeforeThePolicySaves(tmp_path / "calls.db"))
     with runner:
         report = runner.serve(session_id, timeout=30)
     assert len(runs) == 1
@@ -317,11 +315,7 @@ def test_a_run_that_ends_after_a_rerun_by_hand_saves_its_result_instead(
     assert saved.state is CallState.COMPLETED
     assert saved.settled_by is None  # the first run finished: nobody settled it
 
-    runs: list[str] = []
-    runner = FunctionRunner(client, store=sqlite.open())
-    runner.function(name="refund", description="Refund an order.")(
-        lambda order_id="": runs.append(order_id) or "again"
-    )
+    runner, runs = _refund_runner(client, sqlite.open())
     with runner:
         report = runner.serve(session_id, timeout=30)
     assert (runs, report.results_resubmitted) == ([], 1)
