@@ -6,13 +6,21 @@ marked the call in doubt and posted "outcome unknown" for a call that then compl
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
 
-from openagentcore import Client, FunctionRunner, SQLiteResultStore
+from openagentcore import (
+    AsyncClient,
+    AsyncFunctionRunner,
+    Client,
+    FunctionRunner,
+    SQLiteResultStore,
+)
 from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import ServeReport
+from openagentcore.store import owner_is_alive
 
 from ._support import applied_calls, one_turn
 
@@ -68,4 +76,25 @@ def test_a_clock_step_does_not_make_a_live_owners_call_look_abandoned(tmp_path: 
         client.close()
     finally:
         release.set()
+        core.stop()
+
+
+def test_a_runner_vouches_for_its_claims_until_it_is_closed(tmp_path: Path) -> None:
+    """Once closed, nothing renews a runner's leases: its claims are left to them."""
+    core = LocalCore().start()
+    try:
+        client = Client(base_url=core.base_url, api_key=core.api_key)
+        sync_runner = FunctionRunner(client, store=SQLiteResultStore(tmp_path / "a.db"))
+        async_client = AsyncClient(base_url=core.base_url, api_key=core.api_key)
+        async_runner = AsyncFunctionRunner(async_client, store=SQLiteResultStore(tmp_path / "b.db"))
+        owners = [sync_runner._core.owner, async_runner._core.owner]
+        assert all(owner_is_alive(owner) for owner in owners)
+
+        sync_runner.close()
+        asyncio.run(async_runner.close())
+
+        assert not any(owner_is_alive(owner) for owner in owners)
+        client.close()
+        asyncio.run(async_client.close())
+    finally:
         core.stop()

@@ -118,6 +118,7 @@ class AsyncFunctionRunner(AsyncServing):
         if self._core.busy():
             logger.warning("Closing with calls still in progress; a restarted runner settles them")
         self._closing = True
+        owner_closed(self._core.owner)  # the pump stops: nothing renews its leases any more
         if self._pump_task is not None:
             # A flag, not cancel(): on Python 3.11 wait_for can swallow a cancellation
             # that races with its own wake-up, and the pump is woken constantly.
@@ -130,7 +131,6 @@ class AsyncFunctionRunner(AsyncServing):
             task.cancel()
         self._function_threads.shutdown(wait=False)
         await asyncio.to_thread(self._store_threads.shutdown, wait=True)
-        owner_closed(self._core.owner)  # nothing renews its leases any more
         await asyncio.to_thread(self.store.close)
 
     async def __aenter__(self) -> AsyncFunctionRunner:
