@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import Client, FunctionRunner
     from .runner import ServeReport
-    from .store import CallRecord, ResultStore
+    from .store import CallKey, CallRecord, ResultStore
+    from .store._base import StoreBase
 
 __all__ = [
     "EXIT_API_ERROR",
@@ -382,7 +383,9 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
             "Settle a call in doubt (started, no saved result, its owner gone) once you "
             "know what its function did. --output and --failed save a result that the next "
             "serve or recover submits; --rerun clears the call to run again: the next runner "
-            "serving the Session runs the function, and the record keeps its history."
+            "serving the Session runs the function, and the record keeps its history. A call "
+            "whose result the server refused (rejected) takes --output or --failed: the answer "
+            "goes to the server at once, and the record keeps the refused result."
         ),
     )
     _store_options(resolve, required=True)
@@ -651,7 +654,10 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
             how = "manual:output"
         assert isinstance(store, StoreBase)
         try:
-            settled = store.settle_by_hand(key, event, settled_by=how)
+            if record.state is CallState.REJECTED:
+                settled = _answer_refused(store, key, event, how)
+            else:
+                settled = store.settle_by_hand(key, event, settled_by=how)
         except InvalidTransitionError as error:
             raise CommandError(EXIT_ATTENTION, str(error)) from None
     finally:
@@ -666,6 +672,11 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
                 "record": _record_json(settled, in_doubt=settled.state is CallState.IN_DOUBT),
             }
         )
+    elif settled.state is CallState.ABANDONED:
+        print(
+            f"Call {key.call_id} answered ({how}): the server took the result; the record "
+            "keeps the one it refused"
+        )
     elif args.rerun:
         print(
             f"Call {key.call_id} cleared to run again: the next runner serving Session "
@@ -677,6 +688,44 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
             f"{key.session_id}` submits the result"
         )
     return EXIT_OK
+
+
+def _answer_refused(
+    store: StoreBase, key: CallKey, event: dict[str, Any] | None, how: str
+) -> CallRecord:
+    """Answer, on the server, a call whose saved result the server refused; then settle
+    its record. The store's result is never replaced: a worker that read it before the
+    refusal may still post it, and the server would then hold it."""
+    from . import APIStatusError
+    from .store._records import answer_idempotency_key
+    from .store._rules import encode_result
+
+    if event is None:
+        raise CommandError(
+            EXIT_ATTENTION,
+            f"call {key.call_id} is rejected: the server refused its result, so running the "
+            "function again would not help; answer it with --output TEXT or --failed MESSAGE",
+        )
+    with _client() as client:
+        try:
+            client.sessions.events.create(
+                key.session_id,
+                events=[event],
+                idempotency_key=answer_idempotency_key(key, encode_result(event)),
+            )
+        except APIStatusError as error:
+            already = error.status_code == 409
+            raise CommandError(
+                EXIT_ATTENTION,
+                f"the server did not take the answer to call {key.call_id}: {error.message}"
+                + (
+                    " (it already holds a result, or the Turn cannot take one)"
+                    if already
+                    else " (its Turn may have ended)"
+                )
+                + "; nothing changed",
+            ) from None
+    return store.settle_refused_by_hand(key, settled_by=how)
 
 
 def _age(text: str) -> float:
@@ -877,7 +926,10 @@ def _print_report(report: ServeReport) -> None:
     for key in report.conflicts:
         print(f"  conflict: the server holds a different result for call {key.call_id}")
     for key in report.rejected:
-        print(f"  refused: the server did not accept the saved result for call {key.call_id}")
+        print(
+            f"  refused: the server did not accept the saved result for call {key.call_id}; "
+            f"answer it with `openagentcore calls resolve {key.call_id} --failed MESSAGE`"
+        )
     if report.store_errors:
         print(
             f"  the result store was unreachable {report.store_errors} time(s), so some calls "

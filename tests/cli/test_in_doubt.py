@@ -322,6 +322,92 @@ def test_a_run_that_ends_after_a_rerun_by_hand_saves_its_result_instead(
     assert "first run" in json.dumps(_wait_output(client, session_id).model_dump())
 
 
+def _leave_refused(store: StoreUnderTest, session_id: str, action: FunctionCallAction) -> CallKey:
+    """A runner saved a result that the server refused (422): the call still waits."""
+    key = CallKey(session_id, action.turn_id, action.call_id)
+    opened = store.open()
+    try:
+        opened.claim(
+            key, function_name=action.name, arguments_hash="x", owner="h:1:a", lease_seconds=60
+        )
+        opened.save_result(key, _result(key, "a result the server refused"), owner="h:1:a")
+        opened.mark(key, CallState.REJECTED)
+    finally:
+        opened.close()
+    return key
+
+
+def _result(key: CallKey, output: str) -> dict[str, Any]:
+    return {
+        "type": "agent.session.input.tool_result",
+        "turn_id": key.turn_id,
+        "call_id": key.call_id,
+        "success": True,
+        "output": output,
+    }
+
+
+def test_calls_resolve_answers_a_call_whose_result_the_server_refused(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, nothing settled a rejected call: ``resolve`` refused it ("not in doubt")
+    and ``prune`` keeps it, so its Turn waited until someone cancelled it. Now the answer
+    goes to the server; the record keeps the refused result and is settled."""
+    client, session_id, action, _ = setup
+    key = _leave_refused(store, session_id, action)
+
+    answered = _json(
+        ["calls", "resolve", action.call_id, *store.args, "--failed", "refund needs a person"],
+        capsys,
+    )
+
+    assert isinstance(answered, dict)
+    assert (answered["settled_by"], answered["record"]["state"]) == (
+        "manual:failed",
+        "abandoned",
+    )
+    output = _wait_output(client, session_id)
+    assert output.status == "failed"
+    assert "refund needs a person" in json.dumps(output.model_dump())
+    stored = _record(store, key)
+    assert isinstance(stored, CallRecord)
+    assert (stored.state, stored.settled_by) == (CallState.ABANDONED, "manual:failed")
+    assert stored.result == _result(key, "a result the server refused")  # the evidence
+
+
+def test_calls_resolve_leaves_a_refused_call_alone_when_the_server_has_an_answer(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker (or a person) answered the call first: the server keeps that answer, and
+    the command says so and changes nothing."""
+    client, session_id, action, _ = setup
+    key = _leave_refused(store, session_id, action)
+    client.sessions.events.create(session_id, events=[_result(key, "answered first")])
+
+    code = main(["calls", "resolve", action.call_id, *store.args, "--output", "mine"])
+
+    assert code == EXIT_ATTENTION
+    err = capsys.readouterr().err
+    assert "already holds a result" in err
+    stored = _record(store, key)
+    assert isinstance(stored, CallRecord)
+    assert stored.state is CallState.REJECTED
+
+
+def test_calls_resolve_never_reruns_a_call_whose_result_the_server_refused(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, session_id, action, _ = setup
+    key = _leave_refused(store, session_id, action)
+
+    assert main(["calls", "resolve", action.call_id, *store.args, "--rerun"]) == EXIT_ATTENTION
+
+    assert "running the function again would not help" in capsys.readouterr().err
+    stored = _record(store, key)
+    assert isinstance(stored, CallRecord)
+    assert stored.state is CallState.REJECTED
+
+
 def test_calls_resolve_refuses_a_call_that_is_not_in_doubt(
     setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
 ) -> None:

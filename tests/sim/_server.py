@@ -332,8 +332,16 @@ class Server:
 
     # -- input ------------------------------------------------------------------------
 
-    def accept(self, session_id: str, events: list[Any], idempotency_key: str | None) -> None:
-        """``POST .../events``: the pending-input gate, then messages or results."""
+    def accept(
+        self,
+        session_id: str,
+        events: list[Any],
+        idempotency_key: str | None,
+        *,
+        by_hand: bool = False,
+    ) -> None:
+        """``POST .../events``: the pending-input gate, then messages or results (a
+        person's answer, ``by_hand``, is not a saved result)."""
         world = self.world
         session = self.sessions[session_id]
         if world.chance(world.faults.post_5xx):
@@ -352,7 +360,7 @@ class Server:
             self._admit(session, len(messages))
         else:
             assert idempotency_key is not None, "the runner posts results with a key"
-            self._post_results(session, events, idempotency_key)
+            self._post_results(session, events, idempotency_key, by_hand=by_hand)
 
     def _admit(self, session: ServerSession, count: int) -> None:
         """Messages start a Turn on an idle Session; they join the running one."""
@@ -374,7 +382,12 @@ class Server:
             )
 
     def _post_results(
-        self, session: ServerSession, events: list[dict[str, Any]], idempotency_key: str
+        self,
+        session: ServerSession,
+        events: list[dict[str, Any]],
+        idempotency_key: str,
+        *,
+        by_hand: bool = False,
     ) -> None:
         """The result table of execution-tools.md, atomically per batch."""
         world = self.world
@@ -390,7 +403,7 @@ class Server:
                 # Nothing can be saved for it: a failure is posted unsaved.
                 if event["success"]:
                     raise Violation(f"seed {world.seed}: unrecordable {call_id} got a success")
-            else:
+            elif not by_hand:
                 saved = world.store.get(key)
                 if saved is None or saved.result != event:
                     raise Violation(

@@ -13,7 +13,7 @@ timeouts, calls announced before they accept results, dropped and duplicated str
 events, cancelled and failed Turns, Turns that end before ``run_turn`` learns their id,
 functions that exit without a result or finish after their timeout, ``on_in_doubt``
 hooks that raise, workers killed at any effect boundary, and an operator who settles
-calls in doubt by hand (``calls resolve``) while workers run.
+calls in doubt and answers refused results by hand (``calls resolve``) while workers run.
 
 Afterwards :meth:`World.check` asserts the runner's promises.
 """
@@ -44,7 +44,8 @@ from openagentcore.store import (
     InvalidTransitionError,
     MemoryResultStore,
 )
-from openagentcore.store._records import MANUAL_RERUN
+from openagentcore.store._records import MANUAL_RERUN, answer_idempotency_key
+from openagentcore.store._rules import encode_result
 
 from ._runner import CHECKED_BY_THE_APPLICATION, LEASE_SECONDS, MAX_ATTEMPTS, SimRunner
 from ._server import Server, ServerCall
@@ -61,7 +62,9 @@ BY_HAND_ERROR = "refused by hand"
 
 @dataclass(frozen=True)
 class Decision:
-    """What the operator last decided for a call, and its attempt count then."""
+    """What the operator last decided for a call (``output``, ``failed`` or ``rerun`` for
+    a call in doubt, ``answer`` on the server for a refused one), and its attempt count
+    then."""
 
     kind: str
     attempts: int
@@ -202,28 +205,58 @@ class World:
             raise Violation(f"seed {self.seed}: the final worker did not finish")
 
     def _operator_looks(self) -> None:
-        """A person runs ``calls resolve`` on a call in doubt, now and then, while
-        workers run: a result by hand, or a rerun."""
+        """A person runs ``calls resolve`` now and then, while workers run: on a call in
+        doubt, a result by hand or a rerun; on a refused result, an answer."""
         if not self.chaos:
             return
         store, rng = self.store, self.operator
-        in_doubt = [
+        settleable = [
             record
             for record in store.find()
-            if (record.state is CallState.IN_DOUBT and record.settled_by != MANUAL_RERUN)
+            if record.state is CallState.REJECTED
+            or (record.state is CallState.IN_DOUBT and record.settled_by != MANUAL_RERUN)
             or store.is_stale(record)
         ]
-        if in_doubt:
-            self._settle_by_hand(rng.choice(in_doubt), rng.choice(("output", "failed", "rerun")))
+        if settleable:
+            record = rng.choice(settleable)
+            if record.state is CallState.REJECTED:
+                self._answer_by_hand(record, rng.choice(("output", "failed")))
+            else:
+                self._settle_by_hand(record, rng.choice(("output", "failed", "rerun")))
         self.at(self.now + rng.expovariate(self.operator_rate), self._operator_looks)
 
-    def _settle_by_hand(self, record: CallRecord, kind: str) -> None:
+    def _answer_by_hand(self, record: CallRecord, kind: str) -> None:
+        """``calls resolve`` on a refused result: the answer goes to the server, then the
+        record is settled (it keeps the refused result)."""
         key = record.key
-        event = {
+        event = self._by_hand(key, kind)
+        assert event is not None
+        try:
+            self.server.accept(
+                key.session_id,
+                [event],
+                answer_idempotency_key(key, encode_result(event)),
+                by_hand=True,
+            )
+        except APIError:
+            return  # the server did not take it: the command says so, nothing changed
+        try:
+            self.store.settle_refused_by_hand(key, settled_by=f"manual:{kind}")
+        except InvalidTransitionError:
+            return
+        self.decisions[key] = Decision("answer", record.attempts, event)
+
+    @staticmethod
+    def _by_hand(key: CallKey, kind: str) -> dict[str, Any] | None:
+        return {
             "output": success_event(key, BY_HAND_OUTPUT),
             "failed": failure_event(key, BY_HAND_ERROR),
             "rerun": None,
         }[kind]
+
+    def _settle_by_hand(self, record: CallRecord, kind: str) -> None:
+        key = record.key
+        event = self._by_hand(key, kind)
         try:
             saved = self.store.settle_by_hand(key, event, settled_by=f"manual:{kind}")
         except InvalidTransitionError:
@@ -279,6 +312,15 @@ class World:
                             f"seed {self.seed}: {call_id} is still pending and nobody reported it"
                         )
                     continue
+                decision = self.decisions.get(call.key)
+                if decision is not None and decision.kind == "answer":
+                    saved = None if record is None else record.result
+                    if accepted not in (decision.event, saved):
+                        raise Violation(
+                            f"seed {self.seed}: the server holds a result for {call_id} that "
+                            "is neither the person's answer nor the saved one"
+                        )
+                    continue
                 if record is None or record.result != accepted:
                     raise Violation(
                         f"seed {self.seed}: the server holds a result for {call_id} that differs "
@@ -302,6 +344,13 @@ class World:
         """A person's decision stands: a result by hand is the saved one, and a rerun is
         not answered by a runner's policy unless a later attempt ran and was lost."""
         call_id = record.key.call_id
+        if decision.kind == "answer":
+            if record.state is not CallState.ABANDONED:
+                raise Violation(
+                    f"seed {self.seed}: {call_id} was answered by hand, but its record is "
+                    f"{record.state.value}, not settled"
+                )
+            return
         if decision.event is not None and record.result != decision.event:
             raise Violation(
                 f"seed {self.seed}: {call_id} was settled by hand, but the store holds "

@@ -1226,9 +1226,12 @@ class RunnerCore:
         else:
             logger.error(
                 "The server refused the result for call %s: %s. The call stays pending; "
-                "inspect it with `openagentcore calls show`.",
+                "inspect it with `openagentcore calls show %s` and answer it with "
+                "`openagentcore calls resolve %s --failed MESSAGE` (or --output TEXT).",
                 call.key.call_id,
                 error,
+                call.key.call_id,
+                call.key.call_id,
             )
             assert call.record is not None
             self._rejected(call, call.record, now, newly=True)

@@ -129,6 +129,20 @@ class StoreBase(abc.ABC):
             )
         return record
 
+    def settle_refused_by_hand(self, key: CallKey, *, settled_by: str) -> CallRecord:
+        """Record that a person answered, on the server, a call whose saved result the
+        server refused: the call is settled (``ABANDONED``, ``settled_by``) and keeps the
+        refused result. Raises :class:`InvalidTransitionError` for a call not rejected."""
+        record, changed = self._update(
+            key,
+            lambda current, now: _rules.answered_by_hand(current, settled_by=settled_by, now=now),
+        )
+        if not changed:
+            raise InvalidTransitionError(
+                f"call {key.call_id!r} is {record.state.value}, no longer rejected"
+            )
+        return record
+
     def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
         for key, state in changes:
             with contextlib.suppress(UnknownCallError):

@@ -250,6 +250,14 @@ def idempotency_key_for(key: CallKey) -> str:
     return "oac-" + hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
 
+def answer_idempotency_key(key: CallKey, answer: str) -> str:
+    """The ``Idempotency-Key`` of a person's answer to a call whose saved result the
+    server refused: the call's key plus a digest of the answer, so that no key names two
+    bodies and sending the same answer again is a retry (86 bytes)."""
+    digest = hashlib.sha256(answer.encode("utf-8", errors="surrogatepass")).hexdigest()
+    return f"{idempotency_key_for(key)}-m{digest[:16]}"
+
+
 #: Prefix of the digest of arguments nested too deep for the JSON parser: those are hashed
 #: as the raw text, so they never match a canonical digest.
 RAW_HASH_PREFIX = "raw:"

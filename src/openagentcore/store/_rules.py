@@ -492,3 +492,12 @@ def settle_by_hand(
         in_doubt_at=_first_doubt(record, now),
         settled_by=settled_by,
     )
+
+
+def answered_by_hand(record: CallRecord, *, settled_by: str, now: float) -> CallRecord | None:
+    """A person answered, on the server, a call whose saved result the server refused
+    (``openagentcore calls resolve``): nothing is left to do. The refused result stays as
+    the evidence of what the function returned."""
+    if record.state is not CallState.REJECTED:
+        return None
+    return replace(record, state=CallState.ABANDONED, updated_at=now, settled_by=settled_by)
