@@ -286,10 +286,8 @@ def is_stale(record: CallRecord, *, now: float) -> bool:
     """
     if record.state is not CallState.STARTED or record.has_result():
         return False
-    if record.owner is not None and owner_is_alive(record.owner):
-        return False
     if record.lease_expires_at is None or record.lease_expires_at <= now:
-        return True
+        return record.owner is None or not owner_is_alive(record.owner)
     return record.owner is not None and owner_is_dead(record.owner)
 
 
