@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from . import Client, FunctionRunner
     from .runner import ServeReport
     from .store import CallKey, CallRecord, ResultStore
-    from .store._base import StoreBase
 
 __all__ = [
     "EXIT_API_ERROR",
@@ -653,8 +652,9 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
                 parser.error(f"--output cannot be sent: {error}")
             how = "manual:output"
         assert isinstance(store, StoreBase)
+        answering = record.state is CallState.REJECTED
         try:
-            if record.state is CallState.REJECTED:
+            if answering:
                 settled = _answer_refused(store, key, event, how)
             else:
                 settled = store.settle_by_hand(key, event, settled_by=how)
@@ -672,7 +672,7 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
                 "record": _record_json(settled, in_doubt=settled.state is CallState.IN_DOUBT),
             }
         )
-    elif settled.state is CallState.ABANDONED:
+    elif answering:
         print(
             f"Call {key.call_id} answered ({how}): the server took the result; the record "
             "keeps the one it refused"
@@ -691,12 +691,14 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
 
 
 def _answer_refused(
-    store: StoreBase, key: CallKey, event: dict[str, Any] | None, how: str
+    store: ResultStore, key: CallKey, event: dict[str, Any] | None, how: str
 ) -> CallRecord:
     """Answer, on the server, a call whose saved result the server refused; then settle
     its record. The store's result is never replaced: a worker that read it before the
     refusal may still post it, and the server would then hold it."""
     from . import APIStatusError
+    from .store import InvalidTransitionError
+    from .store._base import StoreBase
     from .store._records import answer_idempotency_key
     from .store._rules import encode_result
 
@@ -725,7 +727,14 @@ def _answer_refused(
                 )
                 + "; nothing changed",
             ) from None
-    return store.settle_refused_by_hand(key, settled_by=how)
+    assert isinstance(store, StoreBase)
+    try:
+        return store.settle_refused_by_hand(key, settled_by=how)
+    except InvalidTransitionError:
+        # A worker settled it first: its own post of the refused result met the answer.
+        current = store.get(key)
+        assert current is not None
+        return current
 
 
 def _age(text: str) -> float:

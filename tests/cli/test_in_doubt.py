@@ -20,6 +20,7 @@ import pytest
 from openagentcore import Client, FunctionRunner, PostgresResultStore, SQLiteResultStore
 from openagentcore.cli import EXIT_ATTENTION, EXIT_OK, main
 from openagentcore.store import CallKey, CallRecord, CallState, ResultStore
+from openagentcore.store._base import StoreBase
 from openagentcore.types import FunctionCallAction, FunctionCallOutputItem
 
 from ._support import TOOL, pending_call
@@ -392,6 +393,33 @@ def test_calls_resolve_leaves_a_refused_call_alone_when_the_server_has_an_answer
     stored = _record(store, key)
     assert isinstance(stored, CallRecord)
     assert stored.state is CallState.REJECTED
+
+
+def test_calls_resolve_reports_an_answer_the_server_took_though_a_worker_settled_first(
+    setup: Setup,
+    store: StoreUnderTest,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between the answer and the record's update, a worker posted the refused result,
+    met the answer (409) and settled the record itself: the answer still stands."""
+    client, session_id, action, _ = setup
+    refused = _leave_refused(store, session_id, action)
+    settle = StoreBase.settle_refused_by_hand
+
+    def worker_first(self: StoreBase, key: CallKey, *, settled_by: str) -> CallRecord:
+        self.mark(key, CallState.ABANDONED)
+        return settle(self, key, settled_by=settled_by)
+
+    monkeypatch.setattr(StoreBase, "settle_refused_by_hand", worker_first)
+
+    assert main(["calls", "resolve", action.call_id, *store.args, "--output", "mine"]) == EXIT_OK
+
+    assert f"Call {action.call_id} answered" in capsys.readouterr().out
+    assert "mine" in json.dumps(_wait_output(client, session_id).model_dump())
+    stored = _record(store, refused)
+    assert isinstance(stored, CallRecord)
+    assert stored.state is CallState.ABANDONED
 
 
 def test_calls_resolve_never_reruns_a_call_whose_result_the_server_refused(
