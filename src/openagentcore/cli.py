@@ -412,7 +412,12 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
         required=True,
         type=_age,
         metavar="AGE",
-        help="age such as 3600, 90m, 12h or 7d",
+        help="age such as 3600, 90m, 12h or 7d (at least 1h without --force)",
+    )
+    prune.add_argument(
+        "--force",
+        action="store_true",
+        help="allow an age under an hour, though a live runner may still need such records",
     )
     prune.set_defaults(handler=_run_calls_prune)
 
@@ -751,7 +756,20 @@ def _age(text: str) -> float:
     return seconds
 
 
+#: The youngest records ``calls prune`` deletes without ``--force``. A record is what
+#: stops a runner acting on a Session read from before the result was accepted (the
+#: call still listed) from running the call again; such a read is seconds old, not hours.
+MIN_PRUNE_AGE = 3600.0
+
+
 def _run_calls_prune(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.older_than < MIN_PRUNE_AGE and not args.force:
+        parser.error(
+            f"--older-than {args.older_than:g}s is under an hour: a runner still serving "
+            "the Session may act on a read taken before the result was accepted and, with "
+            "the record gone, run the call again. Use an age of 1h or more, or add --force "
+            "when no runner is serving"
+        )
     store = _open(args, parser)
     try:
         removed = store.prune(older_than=args.older_than)

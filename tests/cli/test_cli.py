@@ -115,12 +115,34 @@ def test_calls_list_rejects_an_unknown_state(tmp_path: Path) -> None:
         main(["calls", "list", "--store", str(tmp_path / "x.db"), "--state", "bogus"])
 
 
+def test_calls_prune_keeps_records_a_live_runner_may_still_need(
+    setup: tuple[Client, str, FunctionCallAction, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A submitted record is what stops a runner that acts on a Session read from before
+    the result was accepted (the call still listed) from running the call again: pruning
+    it within the hour takes ``--force``."""
+    _, session_id, action, store_path = setup
+    key = _save_result(store_path, session_id, action)
+    store = SQLiteResultStore(store_path)
+    store.mark(key, CallState.SUBMITTED)
+    store.close()
+
+    with pytest.raises(SystemExit) as refused:
+        main(["calls", "prune", "--store", str(store_path), "--older-than", "59m"])
+
+    assert refused.value.code == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["calls", "prune", "--store", str(store_path), "--older-than", "1h"]) == 0
+    assert "Removed 0 finished call(s)" in capsys.readouterr().out
+
+
 def test_calls_prune_removes_only_calls_that_need_nothing_more(
     setup: tuple[Client, str, FunctionCallAction, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, session_id, action, store_path = setup
     key = _save_result(store_path, session_id, action)
-    assert main(["calls", "prune", "--store", str(store_path), "--older-than", "0"]) == 0
+    prune = ["calls", "prune", "--store", str(store_path), "--force"]
+    assert main([*prune, "--older-than", "0"]) == 0
     # Saved but not confirmed submitted: the server may still need it.
     assert "Removed 0 finished call(s)" in capsys.readouterr().out
 
@@ -128,7 +150,7 @@ def test_calls_prune_removes_only_calls_that_need_nothing_more(
     store.mark(key, CallState.SUBMITTED)
     store.close()
     time.sleep(0.01)
-    assert main(["calls", "prune", "--store", str(store_path), "--older-than", "0s"]) == 0
+    assert main([*prune, "--older-than", "0s"]) == 0
     assert "Removed 1 finished call(s)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["calls", "prune", "--store", str(store_path), "--older-than", "soon"])
