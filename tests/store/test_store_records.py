@@ -63,6 +63,22 @@ def test_a_process_in_another_pid_namespace_is_not_probed() -> None:
     assert not owner_is_dead(other_container)
 
 
+@pytest.mark.skipif(
+    not os.path.exists("/proc/sys/kernel/random/boot_id"), reason="needs Linux's boot id"
+)
+def test_a_machine_with_the_same_name_is_another_host() -> None:
+    """Machines cloned from one image share their host name, their first pid namespace
+    and even ``/etc/machine-id``: an owner id must tell them apart, or a worker here would
+    judge a live worker there dead because its pid does not run here."""
+    with open("/proc/sys/kernel/random/boot_id") as boot:
+        boot_id = boot.read().strip().replace("-", "")
+    assert boot_id[:12] in process_host()
+    _host, pid, token = dead_owner().rsplit(":", 2)
+    same_name_elsewhere = f"{process_host().rsplit('/', 1)[0]}/000000000000:{pid}:{token}"
+    assert not owner_is_dead(same_name_elsewhere)
+    assert not owner_is_alive(same_name_elsewhere)
+
+
 @pytest.mark.parametrize(
     "owner",
     [

@@ -129,10 +129,10 @@ class Claim:
 def new_owner_id() -> str:
     """A fresh owner id ``host:pid:token``; the token tells apart restarts that reuse a pid.
 
-    On Linux ``host`` is the host name plus the pid namespace (``name/4026531836``), so
-    containers that share a host name but not their process ids never judge each other's
-    processes dead, and the token starts with the process's start time (``ticks-random``),
-    so a process on this host can tell that the owner is still running.
+    ``host`` is :func:`process_host`: containers and machines that share a host name but
+    not their process ids never judge each other's processes dead. On Linux the token
+    starts with the process's start time (``ticks-random``), so a process on this host
+    can tell that the owner is still running.
     """
     started = _start_time(os.getpid())
     token = secrets.token_hex(6)
@@ -141,12 +141,24 @@ def new_owner_id() -> str:
 
 @functools.lru_cache(maxsize=1)
 def process_host() -> str:
-    """Where this process's pid means something: the host name, plus the pid namespace."""
+    """Where this process's pid means something: the host name, plus (on Linux) the pid
+    namespace and this boot of the machine (``name/4026531836/1961caf3c3e9``).
+
+    Machines cloned from one image share their host name, their first pid namespace and
+    even ``/etc/machine-id``; the boot id is random per boot. After a reboot, the owners
+    of the last boot count as another host's: their leases decide.
+    """
+    name = socket.gethostname()
     try:
         namespace = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
-        return socket.gethostname()
-    return f"{socket.gethostname()}/{namespace}"
+        return name
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip().replace("-", "")[:12]
+    except OSError:
+        return f"{name}/{namespace}"
+    return f"{name}/{namespace}/{boot_id}"
 
 
 #: The owners of this process's runners that are open: a claim one holds is being
