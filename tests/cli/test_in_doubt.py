@@ -95,6 +95,12 @@ def _record(store: StoreUnderTest, key: CallKey) -> object:
         opened.close()
 
 
+def _stored(store: StoreUnderTest, key: CallKey) -> CallRecord:
+    record = _record(store, key)
+    assert isinstance(record, CallRecord), f"no record of {key.call_id}"
+    return record
+
+
 def _wait_output(client: Client, session_id: str) -> FunctionCallOutputItem:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -223,8 +229,7 @@ def test_calls_resolve_rerun_lets_the_next_runner_run_the_function(
     assert len(runs) == 1
     assert _wait_output(client, session_id).status == "completed"
     # The record keeps its history: in doubt once, run again by hand, a second attempt.
-    stored = _record(store, key)
-    assert isinstance(stored, CallRecord)
+    stored = _stored(store, key)
     assert stored.state in (CallState.SUBMITTED, CallState.APPLIED)
     assert (stored.attempts, stored.settled_by) == (2, "manual:rerun")
     assert stored.in_doubt_at is not None
@@ -255,8 +260,7 @@ def test_recover_without_the_function_leaves_a_rerun_pending_not_in_doubt(
     assert isinstance(report, dict)
     assert report["in_doubt"] == []
     assert action.call_id in json.dumps(report["left_pending"])
-    stored = _record(store, key)
-    assert isinstance(stored, CallRecord)
+    stored = _stored(store, key)
     assert (stored.state, stored.settled_by) == (CallState.IN_DOUBT, "manual:rerun")
 
 
@@ -284,8 +288,7 @@ def test_a_rerun_by_hand_wins_over_a_policy_answer_that_lands_after_it(
     assert len(runs) == 1
     assert report.calls_run == 1
     assert _wait_output(client, session_id).status == "completed"
-    stored = _record(sqlite, key)
-    assert isinstance(stored, CallRecord)
+    stored = _stored(sqlite, key)
     assert stored.result is not None
     assert stored.result["success"] is True
     assert (stored.attempts, stored.settled_by) == (2, "manual:rerun")
@@ -370,8 +373,7 @@ def test_calls_resolve_answers_a_call_whose_result_the_server_refused(
     output = _wait_output(client, session_id)
     assert output.status == "failed"
     assert "refund needs a person" in json.dumps(output.model_dump())
-    stored = _record(store, key)
-    assert isinstance(stored, CallRecord)
+    stored = _stored(store, key)
     assert (stored.state, stored.settled_by) == (CallState.ABANDONED, "manual:failed")
     assert stored.result == _result(key, "a result the server refused")  # the evidence
 
@@ -390,8 +392,7 @@ def test_calls_resolve_leaves_a_refused_call_alone_when_the_server_has_an_answer
     assert code == EXIT_ATTENTION
     err = capsys.readouterr().err
     assert "already holds a result" in err
-    stored = _record(store, key)
-    assert isinstance(stored, CallRecord)
+    stored = _stored(store, key)
     assert stored.state is CallState.REJECTED
 
 
@@ -417,8 +418,7 @@ def test_calls_resolve_reports_an_answer_the_server_took_though_a_worker_settled
 
     assert f"Call {action.call_id} answered" in capsys.readouterr().out
     assert "mine" in json.dumps(_wait_output(client, session_id).model_dump())
-    stored = _record(store, refused)
-    assert isinstance(stored, CallRecord)
+    stored = _stored(store, refused)
     assert stored.state is CallState.ABANDONED
 
 
@@ -431,8 +431,7 @@ def test_calls_resolve_never_reruns_a_call_whose_result_the_server_refused(
     assert main(["calls", "resolve", action.call_id, *store.args, "--rerun"]) == EXIT_ATTENTION
 
     assert "running the function again would not help" in capsys.readouterr().err
-    stored = _record(store, key)
-    assert isinstance(stored, CallRecord)
+    stored = _stored(store, key)
     assert stored.state is CallState.REJECTED
 
 
