@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from openagentcore.store import (
     CallKey,
+    _records,
     arguments_hash,
     idempotency_key_for,
     new_owner_id,
@@ -156,6 +157,25 @@ def test_a_running_process_on_this_host_is_alive_until_it_exits(
     child.wait()
     assert not owner_is_alive(owner)
     assert owner_is_dead(owner)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_a_process_whose_proc_entry_cannot_be_read_is_neither_dead_nor_alive(
+    other_process: tuple[subprocess.Popen[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``/proc`` mounted ``hidepid=2``, another user's processes cannot be read:
+    nothing can be told of them, so their leases decide (they were taken for dead)."""
+    _child, owner = other_process
+
+    def hidden(path: str, *args: object, **kwargs: object) -> object:
+        if path.startswith("/proc/") and not path.startswith("/proc/self"):
+            raise PermissionError(13, "Permission denied", path)
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(_records, "open", hidden, raising=False)
+
+    assert not owner_is_dead(owner)
+    assert not owner_is_alive(owner)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")

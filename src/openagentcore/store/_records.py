@@ -191,9 +191,10 @@ def _local_pid(owner: str) -> tuple[int, str] | None:
     return pid, parts[2]
 
 
-def _start_time(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot, from ``/proc``), or ``None``
-    if it is not running (a zombie has exited) or the system does not say."""
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` from the state on (``state ppid ...``), or
+    ``None`` when they cannot be read: no such process, no ``/proc``, or another user's
+    process under ``hidepid``."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             text = stat.read()
@@ -201,9 +202,20 @@ def _start_time(pid: int) -> str | None:
         return None
     # The command name (field 2) may hold spaces and parentheses: count after its end.
     fields = text[text.rfind(b")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+    return fields if len(fields) >= 20 else None
+
+
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), or ``None`` if it is not
+    running (a zombie has exited) or the system does not say."""
+    fields = _stat(pid)
+    if fields is None or fields[0] in _EXITED:
         return None
     return fields[19].decode("ascii", "replace")
+
+
+#: Process states of ``/proc/<pid>/stat`` that mean the process has exited.
+_EXITED = (b"Z", b"X")
 
 
 def _started_at(token: str) -> str | None:
@@ -234,8 +246,8 @@ def owner_is_dead(owner: str) -> bool:
     """Whether ``owner`` is known to be gone: it ran on this host (and pid namespace) and
     its process has exited (or its pid now names a process that started later).
 
-    An owner elsewhere, or an id :func:`new_owner_id` did not make, is never reported dead:
-    only its lease can expire.
+    An owner elsewhere, an id :func:`new_owner_id` did not make, or a process this one
+    may not look at, is never reported dead: only its lease can expire.
     """
     local = _local_pid(owner)
     if local is None:
@@ -249,10 +261,13 @@ def owner_is_dead(owner: str) -> bool:
         return True
     except PermissionError:
         pass  # the process exists but belongs to another user
+    fields = _stat(pid)
+    if fields is None:
+        return False  # cannot be read (hidepid): nothing can be told
+    if fields[0] in _EXITED:
+        return True
     started = _started_at(token)
-    if started is None or not os.path.exists("/proc/self/stat"):
-        return False
-    return _start_time(pid) != started
+    return started is not None and fields[19].decode("ascii", "replace") != started
 
 
 def idempotency_key_for(key: CallKey) -> str:
