@@ -19,8 +19,9 @@ import pytest
 
 from openagentcore import Client, FunctionRunner, PostgresResultStore, SQLiteResultStore
 from openagentcore.cli import EXIT_ATTENTION, EXIT_OK, main
-from openagentcore.store import CallKey, CallRecord, CallState, ResultStore
+from openagentcore.store import CallKey, CallRecord, CallState, ResultStore, new_owner_id
 from openagentcore.store._base import StoreBase
+from openagentcore.store._records import owner_closed, owner_opened
 from openagentcore.types import FunctionCallAction, FunctionCallOutputItem
 
 from ._support import TOOL, pending_call
@@ -433,6 +434,33 @@ def test_calls_resolve_never_reruns_a_call_whose_result_the_server_refused(
     assert "running the function again would not help" in capsys.readouterr().err
     stored = _stored(store, key)
     assert stored.state is CallState.REJECTED
+
+
+def test_calls_resolve_names_the_running_worker_whose_lease_ran_out(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lease ran out, but the worker still runs on this host (a paused process, a
+    clock step): the call is not in doubt, and the refusal says what to do instead."""
+    _, session_id, action, _ = setup
+    owner = new_owner_id()
+    owner_opened(owner)  # a runner of this process that is still open
+    try:
+        opened = store.open()
+        key = CallKey(session_id, action.turn_id, action.call_id)
+        opened.claim(
+            key, function_name="refund", arguments_hash="x", owner=owner, lease_seconds=0.01
+        )
+        opened.close()
+        time.sleep(0.05)
+
+        code = main(["calls", "resolve", action.call_id, *store.args, "--failed", "x"])
+    finally:
+        owner_closed(owner)
+
+    assert code == EXIT_ATTENTION
+    err = capsys.readouterr().err
+    assert "still running on this host" in err
+    assert _stored(store, key).state is CallState.STARTED
 
 
 def test_calls_resolve_refuses_a_call_that_is_not_in_doubt(

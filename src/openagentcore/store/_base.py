@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from . import _rules
 from ._exceptions import InvalidTransitionError, UnknownCallError
-from ._records import CallKey, CallRecord, CallState, Claim
+from ._records import CallKey, CallRecord, CallState, Claim, owner_is_alive
 
 __all__ = ["Clock", "StoreBase", "normalize_find_filters", "validate_older_than"]
 
@@ -122,6 +122,17 @@ class StoreBase(abc.ABC):
             result_text=text,
         )
         if not changed:
+            if (
+                record.owner is not None
+                and not record.has_result()
+                and owner_is_alive(record.owner)
+            ):
+                raise InvalidTransitionError(
+                    f"call {key.call_id!r} is started and its worker ({record.owner}) is still "
+                    "running on this host, so it is not in doubt, however old its lease: it "
+                    "saves a result when its function ends; stop that process first to settle "
+                    "the call by hand"
+                )
             raise InvalidTransitionError(
                 f"call {key.call_id!r} is {record.state.value}"
                 f"{' with a saved result' if record.has_result() else ''}, not in doubt; "
