@@ -562,6 +562,7 @@ def _print_json(document: object) -> None:
 
 def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .store import CallState
+    from .store._records import cleared_to_rerun
 
     try:
         states = {CallState(value) for value in args.state} or None
@@ -589,7 +590,7 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         note = ""
         if record.state is CallState.STARTED and record.key in doubted:
             note = "  (in doubt: its owner is gone)"
-        elif record.state is CallState.IN_DOUBT and record.settled_by is not None:
+        elif cleared_to_rerun(record):
             note = f"  (in doubt; to run again: {record.settled_by})"
         elif record.settled_by is not None:
             note = f"  (was in doubt; settled by {record.settled_by})"

@@ -39,7 +39,7 @@ from ..store import (
     StoreUnavailableError,
     arguments_hash,
 )
-from ..store._records import MANUAL_RERUN, idempotency_key_for
+from ..store._records import cleared_to_rerun, idempotency_key_for
 from ..types import (
     FunctionCallAction,
     FunctionCallItem,
@@ -897,7 +897,7 @@ class RunnerCore:
             self._count(call.key.session_id, "results_resubmitted")
         elif call.function is None:
             self._leave_unknown(call, record, stale)
-        elif record.state is CallState.IN_DOUBT and record.settled_by == MANUAL_RERUN:
+        elif cleared_to_rerun(record):
             logger.warning(
                 "Call %s of %s in Session %s was cleared to run again by hand; running it",
                 call.key.call_id,
@@ -942,7 +942,7 @@ class RunnerCore:
         report_to = "left_pending"
         if record is not None and (record.state is CallState.IN_DOUBT or stale):
             # A call cleared to run again by hand waits for a runner that serves it.
-            report_to = "left_pending" if record.settled_by == MANUAL_RERUN else "in_doubt"
+            report_to = "left_pending" if cleared_to_rerun(record) else "in_doubt"
         self._report_key(call.key.session_id, report_to, call.key)
         self._done(call, "left_pending" if report_to == "left_pending" else "in_doubt_elsewhere")
 
@@ -1112,7 +1112,7 @@ class RunnerCore:
         call.lease_held = False
         call.event = None
         if not record.has_result():
-            if record.state is CallState.IN_DOUBT and record.settled_by == MANUAL_RERUN:
+            if cleared_to_rerun(record):
                 # A person cleared it to run again before the policy's answer landed.
                 self._decide_existing(call, record, False, now)
                 return

@@ -112,6 +112,7 @@ class FunctionRunner(Serving):
                     "Closing with calls still in progress; a restarted runner settles them"
                 )
             self._closing = True
+            owner_closed(self._core.owner)  # the pump stops: nothing renews its leases any more
             for serve_id in self._core.serves:
                 self._verdicts.setdefault(serve_id, closed_before_the_end())
             self._changed.notify_all()
@@ -124,7 +125,6 @@ class FunctionRunner(Serving):
         self._functions.shutdown(wait=False)
         self._hook_pool.shutdown(wait=True)
         self._http_pool.shutdown(wait=True)
-        owner_closed(self._core.owner)  # nothing renews its leases any more
         self.store.close()
 
     def __enter__(self) -> FunctionRunner:

@@ -24,6 +24,7 @@ __all__ = [
     "CallState",
     "Claim",
     "arguments_hash",
+    "cleared_to_rerun",
     "idempotency_key_for",
     "new_owner_id",
     "owner_is_alive",
@@ -113,6 +114,12 @@ class CallRecord:
     def has_result(self) -> bool:
         """Whether a result was saved, so it can be (re)submitted without running again."""
         return self.result is not None
+
+
+def cleared_to_rerun(record: CallRecord) -> bool:
+    """Whether a person cleared this call in doubt to run again (``calls resolve
+    --rerun``) and no runner has taken it over since."""
+    return record.state is CallState.IN_DOUBT and record.settled_by == MANUAL_RERUN
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,9 +216,13 @@ def _start_time(pid: int) -> str | None:
     """When process ``pid`` started (clock ticks since boot), or ``None`` if it is not
     running (a zombie has exited) or the system does not say."""
     fields = _stat(pid)
-    if fields is None or fields[0] in _EXITED:
-        return None
-    return fields[19].decode("ascii", "replace")
+    return None if fields is None else _running_since(fields)
+
+
+def _running_since(fields: list[bytes]) -> str | None:
+    """The start time in ``/proc/<pid>/stat`` fields, or ``None`` for a process that
+    has exited."""
+    return None if fields[0] in _EXITED else fields[19].decode("ascii", "replace")
 
 
 #: Process states of ``/proc/<pid>/stat`` that mean the process has exited.
@@ -264,10 +275,9 @@ def owner_is_dead(owner: str) -> bool:
     fields = _stat(pid)
     if fields is None:
         return False  # cannot be read (hidepid): nothing can be told
-    if fields[0] in _EXITED:
-        return True
+    running_since = _running_since(fields)
     started = _started_at(token)
-    return started is not None and fields[19].decode("ascii", "replace") != started
+    return running_since is None or (started is not None and running_since != started)
 
 
 def idempotency_key_for(key: CallKey) -> str:

@@ -21,6 +21,7 @@ from ._records import (
     CallKey,
     CallRecord,
     CallState,
+    cleared_to_rerun,
     idempotency_key_for,
     owner_is_alive,
     owner_is_dead,
@@ -313,7 +314,7 @@ def take_over(
     # Taking over a call in doubt (or a stale one, which is in doubt) runs it again.
     doubted = record.state is CallState.IN_DOUBT or record.owner != owner
     settled_by = record.settled_by
-    if doubted and not _cleared_to_rerun(record):
+    if doubted and not cleared_to_rerun(record):
         settled_by = "rerun"
     return replace(
         record,
@@ -325,10 +326,6 @@ def take_over(
         in_doubt_at=_first_doubt(record, now) if doubted else record.in_doubt_at,
         settled_by=settled_by,
     )
-
-
-def _cleared_to_rerun(record: CallRecord) -> bool:
-    return record.state is CallState.IN_DOUBT and record.settled_by == MANUAL_RERUN
 
 
 def _first_doubt(record: CallRecord, now: float) -> float:
@@ -355,7 +352,7 @@ def save_result(
     if record.has_result() or record.state not in _RUNNABLE:
         return None
     settled_by = record.settled_by
-    if _cleared_to_rerun(record):
+    if cleared_to_rerun(record):
         if owner is None:
             return None  # a runner's policy answer does not override a person's rerun
         settled_by = None  # the run thought lost finished after all: nobody settled it
