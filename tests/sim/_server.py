@@ -9,11 +9,13 @@ keeps its order, and loses what is sent while it is down.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
+from pydantic import BaseModel
 
 from openagentcore import APIStatusError, BadRequestError, ConflictError, InternalServerError
 from openagentcore.runner._pump import Connected, Dropped, Message, Received
@@ -39,6 +41,15 @@ from openagentcore.types import (
 )
 
 from ._tasks import Violation
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _partial(model: type[M], **fields: Any) -> M:
+    """``model`` built unvalidated from only the fields the runner reads: the real
+    server's payloads carry more, and validating each would dominate a run."""
+    return model.model_construct(**fields)
+
 
 if TYPE_CHECKING:
     from openagentcore.runner import TurnResult
@@ -169,8 +180,12 @@ class Server:
         turn_id = f"turn_{session.id}_{index}"
         turn = ServerTurn(turn_id, index, steps, f"the answer of {turn_id}", fails)
         session.turns.append(turn)
-        created = TurnCreatedEvent.model_construct(
-            type="agent.session.turn.created", session_id=session.id, turn_id=turn_id, turn=None
+        created = _partial(
+            TurnCreatedEvent,
+            type="agent.session.turn.created",
+            session_id=session.id,
+            turn_id=turn_id,
+            turn=None,
         )
         self._publish(session, created)
         self._changed(session)
@@ -201,7 +216,8 @@ class Server:
                 world.unstorable.add(key)
             turn.pending[key.call_id] = call
             session.announced.append(call)
-            item = FunctionCallItem.model_construct(
+            item = _partial(
+                FunctionCallItem,
                 type="function_call",
                 id=f"fc_{key.call_id}",
                 turn_id=turn.id,
@@ -233,7 +249,8 @@ class Server:
         self._changed(session)
 
     def _publish_end(self, session: ServerSession, turn: ServerTurn) -> None:
-        event = _END_EVENTS[turn.status].model_construct(
+        event = _partial(
+            _END_EVENTS[turn.status],
             type=f"agent.session.turn.{turn.status}",
             session_id=session.id,
             turn_id=turn.id,
@@ -248,18 +265,21 @@ class Server:
         status = session.status
         if status != session.announced_status:
             session.announced_status = status
-            event = _STATUS_EVENTS[status].model_construct(
-                type=f"agent.session.{status}", session=self.snapshot(session.id)
+            event = _partial(
+                _STATUS_EVENTS[status],
+                type=f"agent.session.{status}",
+                session=self.snapshot(session.id),
             )
             self._publish(session, event)
 
     def _message(self, session: ServerSession, turn: ServerTurn, text: str, phase: str) -> None:
-        item = MessageItem.model_construct(
+        item = _partial(
+            MessageItem,
             type="message",
             id=f"msg_{len(session.items)}",
             turn_id=turn.id,
             role="assistant",
-            content=[OutputText.model_construct(type="output_text", text=text)],
+            content=[_partial(OutputText, type="output_text", text=text)],
             status="completed",
             phase=phase,
         )
@@ -272,7 +292,8 @@ class Server:
         kind = ItemDoneEvent if done else ItemAddedEvent
         self._publish(
             session,
-            kind.model_construct(
+            _partial(
+                kind,
                 type=f"agent.session.turn.item.{'done' if done else 'added'}",
                 session_id=session.id,
                 turn_id=item.turn_id,
@@ -291,7 +312,8 @@ class Server:
     def _snapshot(self, session: ServerSession) -> Session:
         turn = session.active
         actions = [
-            FunctionCallAction.model_construct(
+            _partial(
+                FunctionCallAction,
                 type="function_call",
                 turn_id=call.key.turn_id,
                 call_id=call.key.call_id,
@@ -302,7 +324,8 @@ class Server:
         ]
         # Every defaulted field given: pydantic's model_construct inspects the
         # signature of each default factory it calls, which would dominate the run.
-        return Session.model_construct(
+        return _partial(
+            Session,
             id=session.id,
             status=session.status,
             required_actions=actions,
@@ -313,7 +336,8 @@ class Server:
     def turn_snapshot(self, session_id: str, turn_id: str) -> Turn:
         turn = self.sessions[session_id].turn(turn_id)
         assert turn is not None, f"the runner asked for an unknown Turn {turn_id}"
-        return Turn.model_construct(
+        return _partial(
+            Turn,
             object="agent.session.turn",
             id=turn.id,
             session_id=session_id,
@@ -370,7 +394,8 @@ class Server:
             turn = self.open_turn(session, steps, fails=self.world.rng.random() < 0.1)
         for _ in range(count):
             session.items.append(
-                MessageItem.model_construct(
+                _partial(
+                    MessageItem,
                     type="message",
                     id=f"msg_{len(session.items)}",
                     turn_id=turn.id,
@@ -442,7 +467,8 @@ class Server:
             assert turn is not None
             turn.pending.pop(call_id)
             answered.append(turn)
-            item = FunctionCallOutputItem.model_construct(
+            item = _partial(
+                FunctionCallOutputItem,
                 type="function_call_output",
                 id=f"fco_{call_id}",
                 turn_id=turn.id,
@@ -452,7 +478,7 @@ class Server:
         for turn in dict.fromkeys(answered):
             if not turn.pending and turn.status == "waiting":
                 turn.status = "in_progress"
-                world.later(0.0, 0.05, lambda turn=turn: self._next_step(session, turn))
+                world.later(0.0, 0.05, functools.partial(self._next_step, session, turn))
         self._changed(session)
 
     # -- the live stream ----------------------------------------------------------------
@@ -486,7 +512,7 @@ class Server:
             if world.chance(world.faults.stream_drop):
                 subscriber.connected = False
                 self._send(subscriber, Dropped(subscriber.serve_id))
-                world.later(0.05, 0.5, lambda subscriber=subscriber: self._connect(subscriber))
+                world.later(0.05, 0.5, functools.partial(self._connect, subscriber))
 
     def _send(self, subscriber: Subscriber, message: Message) -> None:
         world = self.world
