@@ -110,7 +110,8 @@ def _wait_idle(client: Client, session_id: str) -> str:
 
 
 def turns(args: dict[str, Any]) -> dict[str, Any]:
-    """``turns`` Turns of one Session in a row; returns each Turn's wall time."""
+    """``turns`` Turns of one Session in a row; returns each Turn's wall and CPU time
+    (of this process, all its threads)."""
     contender: str = args["contender"]
     work = Work(args.get("sleep_seconds", 0.0))
     with tempfile.TemporaryDirectory() as directory:
@@ -118,12 +119,14 @@ def turns(args: dict[str, Any]) -> dict[str, Any]:
         session_id = _create_idle_session(client)
         run_turn = _turn_driver(contender, client, args, work, directory)
         walls: list[float] = []
+        cpus: list[float] = []
         for number in range(args["turns"]):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             run_turn(session_id, f"Turn {number}")
             walls.append(time.perf_counter() - started)
+            cpus.append(time.process_time() - cpu_started)
         client.close()
-    return {"turn_seconds": walls, "runs": work.runs}
+    return {"turn_seconds": walls, "turn_cpu_seconds": cpus, "runs": work.runs}
 
 
 def _turn_driver(

@@ -140,15 +140,20 @@ def per_call(sizes: Sizes, capacity: Capacity) -> Outcome:
     """Server-side time from issuing a ``function_call`` to admitting its result, one
     call per model step, sequential; contenders interleaved round by round."""
     latencies: dict[str, list[float]] = {name: [] for name in PER_CALL}
+    #: The client's CPU per call, Turn by Turn; the first Turn of a run pays for imports.
+    cpu_per_call: dict[str, list[float]] = {name: [] for name in PER_CALL}
     scenario = {"turns": sizes.per_call_turns, "steps": sizes.per_call_steps, "calls_per_step": 1}
     for round_number in range(sizes.per_call_rounds):
         order = PER_CALL if round_number % 2 == 0 else tuple(reversed(PER_CALL))
         for contender in order:
             with Emulator(scenario) as emulator:
                 args = _connect(emulator, contender=contender, turns=sizes.per_call_turns)
-                capacity.measure(emulator, "turns", args)
+                result = capacity.measure(emulator, "turns", args)
                 latencies[contender].extend(emulator.latencies())
-    outcome = Outcome(raw={"latencies_ms": {}})
+            cpu_per_call[contender].extend(
+                seconds / sizes.per_call_steps for seconds in result["turn_cpu_seconds"][1:]
+            )
+    outcome = Outcome(raw={"latencies_ms": {}, "cpu_seconds_per_call": cpu_per_call})
     medians = {name: statistics.median(values) * 1000 for name, values in latencies.items()}
     for name, values in latencies.items():
         outcome.raw["latencies_ms"][name] = [round(v * 1000, 4) for v in values]
@@ -161,7 +166,8 @@ def per_call(sizes: Sizes, capacity: Capacity) -> Outcome:
                 percentile(values, 0.99) * 1000,
                 medians[name] / medians["raw"],
                 f"n={len(values)}; ratio to raw; "
-                f"{medians[name] / medians['raw_durable']:.2f}x raw_durable",
+                f"{medians[name] / medians['raw_durable']:.2f}x raw_durable; client CPU "
+                f"{statistics.median(cpu_per_call[name]) * 1000:.2f} ms per call",
             )
         )
     outcome.goals.append(
