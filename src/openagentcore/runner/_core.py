@@ -415,9 +415,10 @@ class RunnerCore:
         #: Calls the clockwork looks at (queued, ready, backing off, with a deadline or
         #: a store retry), so a round costs what is due, not every call remembered.
         self._watch: dict[CallKey, Call] = {}
-        #: Keys whose claim raised: it may have committed. Only these may later be
+        #: Keys whose claim or take-over raised: it may have committed, leaving the
+        #: record started, ours, with this many attempts. Only these may later be
         #: recognised as this runner's own unconfirmed claim.
-        self._unconfirmed: set[CallKey] = set()
+        self._unconfirmed: dict[CallKey, int] = {}
         self._marks: dict[CallKey, CallState] = {}
         #: When the queued marks are due (the oldest's time plus ``MARK_DELAY``).
         self._marks_due = 0.0
@@ -829,7 +830,7 @@ class RunnerCore:
             self._on_claim(call, value, now)
         elif isinstance(effect, TakeOver):
             assert isinstance(value, Claim)
-            if value.won:
+            if value.won or self._ours_unconfirmed(call, value.record):
                 self._hold(call, value.record, now)
             else:
                 self._decide_existing(call, value.record, value.stale, now)
@@ -845,24 +846,24 @@ class RunnerCore:
             self._on_saved(call, value, now)
 
     def _on_claim(self, call: Call, claim: Claim, now: float) -> None:
-        if claim.won:
+        if claim.won or self._ours_unconfirmed(call, claim.record):
             self._hold(call, claim.record, now)
             return
-        record = claim.record
-        if (
-            call.key in self._unconfirmed
+        self._decide_existing(call, claim.record, claim.stale, now)
+
+    def _ours_unconfirmed(self, call: Call, record: CallRecord) -> bool:
+        """Our own earlier claim or take-over raised but committed: the record is just
+        as that write left it. The function never started (we remember every such
+        write), so holding the call now runs it once, not again."""
+        return (
+            self._unconfirmed.get(call.key) == record.attempts
             and record.owner == self.owner
             and record.state is CallState.STARTED
             and not record.has_result()
-        ):
-            # Our own earlier claim raised but committed. The function never started
-            # (we remember every such claim), so this is its first run, not a repeat.
-            self._hold(call, record, now)
-            return
-        self._decide_existing(call, record, claim.stale, now)
+        )
 
     def _hold(self, call: Call, record: CallRecord, now: float) -> None:
-        self._unconfirmed.discard(call.key)
+        self._unconfirmed.pop(call.key, None)
         call.lease_held = True
         call.attempts = record.attempts
         if call.function is None:
@@ -884,7 +885,7 @@ class RunnerCore:
         """A record exists: settle the call from what it says, never by running again
         unless it is a call in doubt whose function is idempotent or that a person
         cleared to run again (``calls resolve --rerun``)."""
-        self._unconfirmed.discard(call.key)
+        self._unconfirmed.pop(call.key, None)
         call.attempts = record.attempts
         if record.state in (CallState.APPLIED, CallState.ABANDONED):
             self._count(call.key.session_id, "duplicates_skipped")
@@ -947,13 +948,9 @@ class RunnerCore:
         self._done(call, "left_pending" if report_to == "left_pending" else "in_doubt_elsewhere")
 
     def _on_marked_in_doubt(self, call: Call, changed: bool, now: float) -> None:
-        if call.lease_held:
-            # Our own function ended without a result: it may have had its effect.
-            call.lease_held = False
-            self._report_key(call.key.session_id, "in_doubt", call.key)
-            if changed:
-                self._done(call, "in_doubt")
-                return
+        # Ours or not, a call marked in doubt is settled by the in-doubt policy at
+        # once, as a restarted runner would: the Turn must not wait on it.
+        call.lease_held = False
         if not changed:
             # Someone moved it first (took it over, saved a result): look again.
             self._move(call, Phase.LOOKING)
@@ -1304,10 +1301,13 @@ class RunnerCore:
             self._on_store_refused(call, effect, error, now)
             return
         self._store_failed(f"{type(effect).__name__} of call {call.key.call_id} ({error})", now)
+        if isinstance(effect, TakeOver):
+            # It may have committed: the retry would then find the record ours.
+            self._unconfirmed[call.key] = effect.expected_attempts + 1
         if isinstance(effect, ClaimCall):
             # The claim may have committed. Remember it, forget the call, and let a
             # later read of the Session decide it again once the store is back.
-            self._unconfirmed.add(call.key)
+            self._unconfirmed[call.key] = 1
             self._forget(call)
             view = self._view(call.key.session_id)
             view.read_at = max(view.read_at or 0.0, self._store_retry_at)
