@@ -631,7 +631,7 @@ def _run_calls_show(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .runner._results import failure_event, success_event
+    from .runner._results import checked_failure_event, success_event
     from .store import CallState, InvalidTransitionError
     from .store._base import StoreBase
     from .store._records import MANUAL_RERUN
@@ -650,7 +650,11 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
         if args.rerun:
             event, how = None, MANUAL_RERUN
         elif args.failed is not None:
-            event, how = failure_event(key, args.failed), "manual:failed"
+            try:
+                event = checked_failure_event(key, args.failed)
+            except ValueError as error:
+                parser.error(f"--failed cannot be sent: {error}")
+            how = "manual:failed"
         else:
             try:
                 event = success_event(key, args.output)

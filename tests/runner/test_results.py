@@ -253,8 +253,10 @@ def _broken_hook(*args: object) -> str:
         (_broken_hook, _broken_hook),
         (lambda error: "declined \x00", None),
         (lambda error: 402, None),
+        (lambda error: "no such file: bad\udcffname", None),
+        (lambda error: "declined " * 60_000, None),
     ],
-    ids=["hooks-raise", "nul-in-text", "an-int"],
+    ids=["hooks-raise", "nul-in-text", "an-int", "lone-surrogate", "over-the-size-limit"],
 )
 def test_unusable_hooks_still_send_the_generic_error(
     make_core: MakeCore,
@@ -264,7 +266,9 @@ def test_unusable_hooks_still_send_the_generic_error(
     on_error: Callable[..., object] | None,
 ) -> None:
     """Hooks that raise, or error text the server would refuse (which would leave the
-    call pending for good): the generic text goes instead."""
+    call pending for good) or that cannot be sent (a lone surrogate, as a file name
+    decoded with ``surrogateescape`` holds; the store refused it and the model got
+    "This call cannot be recorded"): the generic text goes instead."""
     _, result = serve_one(
         make_core,
         make_harness,

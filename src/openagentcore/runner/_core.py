@@ -87,6 +87,7 @@ from ._report import ServeReport
 from ._results import (
     ENDED_WITHOUT_RESULT,
     IN_DOUBT_ERROR,
+    checked_failure_event,
     failure_event,
     success_event,
     timeout_error,
@@ -1009,7 +1010,11 @@ class RunnerCore:
                 logger.error("on_in_doubt's result for %s cannot be sent", call.key.call_id)
                 event = failure_event(call.key, IN_DOUBT_ERROR)
         else:
-            event = failure_event(call.key, answer.error or IN_DOUBT_ERROR)
+            try:
+                event = checked_failure_event(call.key, answer.error or IN_DOUBT_ERROR)
+            except ValueError:
+                logger.error("on_in_doubt's error text for %s cannot be sent", call.key.call_id)
+                event = failure_event(call.key, IN_DOUBT_ERROR)
         self._save(call, event, None, now)
 
     # -- running -----------------------------------------------------------------------------

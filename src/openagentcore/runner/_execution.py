@@ -15,12 +15,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._admission import check_tool_result_content
 from ._context import CallContext, run_with_context, run_with_context_async
 from ._core import ErrorHook
 from ._effects import FunctionOutcome, RunFunction
 from ._registry import ArgumentsError
-from ._results import CANCELLED_ERROR, INTERNAL_ERROR, ErrorFormatter, failure_event, success_event
+from ._results import (
+    CANCELLED_ERROR,
+    INTERNAL_ERROR,
+    ErrorFormatter,
+    checked_failure_event,
+    failure_event,
+    success_event,
+)
 
 __all__ = ["Hooks", "call_async", "call_sync"]
 
@@ -112,15 +118,14 @@ def _failed(run: RunFunction, exc: Exception, hooks: Hooks) -> FunctionOutcome:
         exc_info=exc,
     )
     _tell_on_error(run, exc, hooks)
-    text = INTERNAL_ERROR
     if hooks.error_formatter is not None:
         try:
-            text = hooks.error_formatter(exc)
-            check_tool_result_content(None, text, success=False)
+            return FunctionOutcome(
+                run.key, checked_failure_event(run.key, hooks.error_formatter(exc))
+            )
         except Exception:
             logger.exception("error_formatter failed; sending the generic error text")
-            text = INTERNAL_ERROR
-    return FunctionOutcome(run.key, failure_event(run.key, text))
+    return FunctionOutcome(run.key, failure_event(run.key, INTERNAL_ERROR))
 
 
 def _tell_on_error(run: RunFunction, exc: Exception, hooks: Hooks) -> None:

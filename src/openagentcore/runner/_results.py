@@ -21,6 +21,7 @@ __all__ = [
     "IN_DOUBT_ERROR",
     "INTERNAL_ERROR",
     "ErrorFormatter",
+    "checked_failure_event",
     "failure_event",
     "success_event",
     "timeout_error",
@@ -76,16 +77,9 @@ def success_event(key: CallKey, value: object) -> dict[str, Any]:
     if value is not None:
         event["output"] = encode_output(value)
         check_tool_result_content(event["output"], success=True)
-    # Measured as the server measures stored input: compact JSON, non-ASCII escaped.
     # encode_output has refused NaN, Infinity and lone surrogates in the output; ids the
-    # store cannot hold are its to refuse. One encoding, for the size, per result.
-    size = len(json.dumps(event, separators=(",", ":")))
-    if size > MAX_RESULT_BYTES:
-        raise ValueError(
-            f"The result is {size} bytes of JSON; the server stores at most "
-            f"{MAX_RESULT_BYTES // 1024} KiB per request. Return less, or store the "
-            "data elsewhere and return a reference to it."
-        )
+    # store cannot hold are its to refuse.
+    _check_size(event)
     return event
 
 
@@ -93,3 +87,36 @@ def failure_event(key: CallKey, error: str) -> dict[str, Any]:
     event = _base(key, False)
     event["error"] = error
     return event
+
+
+def checked_failure_event(key: CallKey, error: object) -> dict[str, Any]:
+    """``failure_event`` for text from outside the SDK (an ``error_formatter``, the
+    ``on_in_doubt`` hook, a person at the CLI).
+
+    Raises ``ValueError`` for text that is not a string, that the server would refuse
+    (NUL characters, over its size limit), or that cannot be sent as UTF-8 (a lone
+    surrogate, e.g. from a file name decoded with ``surrogateescape``).
+    """
+    check_tool_result_content(None, error, success=False)
+    assert isinstance(error, str)
+    try:
+        error.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            "error: the text holds a lone surrogate, which cannot be sent as UTF-8; "
+            "decode bytes with errors='replace' before putting them in the text."
+        ) from None
+    event = failure_event(key, error)
+    _check_size(event)
+    return event
+
+
+def _check_size(event: dict[str, Any]) -> None:
+    # Measured as the server measures stored input: compact JSON, non-ASCII escaped.
+    size = len(json.dumps(event, separators=(",", ":")))
+    if size > MAX_RESULT_BYTES:
+        raise ValueError(
+            f"The result is {size} bytes of JSON; the server stores at most "
+            f"{MAX_RESULT_BYTES // 1024} KiB per request. Return less, or store the "
+            "data elsewhere and return a reference to it."
+        )

@@ -183,6 +183,10 @@ def owner_closed(owner: str) -> None:
     _OPEN_OWNERS.discard(owner)
 
 
+#: The largest pid any supported system hands out (Linux's PID_MAX_LIMIT, 2**22).
+_PID_LIMIT = 4_194_304
+
+
 def _local_pid(owner: str) -> tuple[int, str] | None:
     """The pid and token of an owner on this host (and pid namespace), else ``None``."""
     parts = owner.rsplit(":", 2)
@@ -192,8 +196,9 @@ def _local_pid(owner: str) -> tuple[int, str] | None:
         pid = int(parts[1])
     except ValueError:
         return None
-    if pid <= 0 or sys.platform == "win32":
-        # Signal 0 is CTRL_C_EVENT on Windows, so a probe would interrupt the process.
+    if not 0 < pid <= _PID_LIMIT or sys.platform == "win32":
+        # No process has such a pid (and os.kill cannot take it); signal 0 is
+        # CTRL_C_EVENT on Windows, so a probe would interrupt the process.
         return None
     return pid, parts[2]
 
