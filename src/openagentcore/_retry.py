@@ -22,7 +22,9 @@ import email.utils
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +33,7 @@ import tenacity
 
 from ._errors import APIConnectionError, APIError, APIStatusError
 
-__all__ = ["Attempts", "RetryPolicy", "retry_after_seconds"]
+__all__ = ["Attempts", "RetryPolicy", "retry_after_seconds", "within"]
 
 logger = logging.getLogger("openagentcore")
 
@@ -126,17 +128,40 @@ class RetryPolicy:
         }
 
 
+#: The end (``time.monotonic()``) of the current caller's whole request, retries
+#: included; ``None``: only each attempt's timeout bounds it.
+_overall_deadline: ContextVar[float | None] = ContextVar(
+    "openagentcore_overall_deadline", default=None
+)
+
+
+@contextmanager
+def within(seconds: float | None) -> Iterator[None]:
+    """Requests sent in this block (by this thread or task) end within ``seconds``:
+    a retry whose wait would pass that raises the error at once instead. (Each
+    attempt's own ``timeout`` is the caller's to set.)"""
+    if seconds is None:
+        yield
+        return
+    token = _overall_deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _overall_deadline.reset(token)
+
+
 class Attempts:
     """The retry decisions of one logical call, made the way ``tenacity_kwargs`` makes
     them: retry when the policy says so, wait as it says, and log each retry."""
 
-    __slots__ = ("_number", "_policy", "_replayable", "_request")
+    __slots__ = ("_deadline", "_number", "_policy", "_replayable", "_request")
 
     def __init__(self, policy: RetryPolicy, request: httpx.Request, *, replayable: bool) -> None:
         self._policy = policy
         self._request = request
         self._replayable = replayable
         self._number = 1
+        self._deadline = _overall_deadline.get()
 
     def wait_after(self, error: APIError) -> float:
         """Seconds to wait before the next attempt, now that this one raised ``error``;
@@ -148,6 +173,8 @@ class Attempts:
         ):
             raise error
         wait = policy.delay(error, self._number)
+        if self._deadline is not None and time.monotonic() + wait >= self._deadline:
+            raise error  # no time left to wait for another attempt
         logger.info(
             "Retrying %s %s in %.2fs after %s",
             self._request.method,

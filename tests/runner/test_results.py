@@ -340,9 +340,22 @@ class Opaque:
     """Neither JSON nor content: the runner cannot send it."""
 
 
+class BrokenParts(list[object]):
+    """Looks like content parts, but reading it raises what no encoder expects (before,
+    the error escaped and the call that had run was put in doubt)."""
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("Opaque parts cannot be read")
+
+
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+@pytest.mark.parametrize("value", [Opaque, BrokenParts], ids=["opaque", "raises-when-read"])
 def test_a_value_that_cannot_be_sent_fails_the_call_once(
-    make_core: MakeCore, make_harness: MakeHarness, flavour: Flavour, idempotent: bool
+    make_core: MakeCore,
+    make_harness: MakeHarness,
+    flavour: Flavour,
+    idempotent: bool,
+    value: Callable[[], object],
 ) -> None:
     seen: list[BaseException] = []
     harness = make_harness(
@@ -355,7 +368,7 @@ def test_a_value_that_cannot_be_sent_fails_the_call_once(
         """Build something."""
         log.enter("build", None)
         log.leave()
-        return Opaque()
+        return value()
 
     harness.runner.function(idempotent=idempotent)(flavoured(build, flavour))
     session_id = harness.create_session()

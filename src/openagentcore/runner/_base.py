@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 import pydantic
 from typing_extensions import TypedDict
 
+from .._retry import within
 from ..resources._base import CallOptions
 from ..store import ResultStore, new_owner_id, open_store
 from ..store._records import owner_opened
@@ -166,11 +168,16 @@ class RunnerBase:
     def _deadline(self, timeout: float | None) -> float | None:
         return None if timeout is None else self._now() + timeout
 
-    def _time_left(self, deadline: float | None) -> CallOptions:
-        """Per-request options that keep a request of ``run_turn`` within its deadline."""
+    @contextlib.contextmanager
+    def _time_left(self, deadline: float | None) -> Iterator[CallOptions]:
+        """Per-request options that keep a request of ``run_turn`` within its deadline;
+        requests sent inside the block do not wait past it for a retry either."""
         if deadline is None:
-            return {}
-        return {"timeout": max(0.001, deadline - self._now())}
+            yield {}
+            return
+        left = max(0.001, deadline - self._now())
+        with within(left):
+            yield {"timeout": left}
 
     @overload
     def function(self, func: F, /) -> F: ...

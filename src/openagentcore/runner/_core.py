@@ -782,6 +782,15 @@ class RunnerCore:
         view = self._view(pending.key.session_id)
         view.calls[pending.key] = call
         view.unsettled.add(pending.key)
+        if not _sendable(pending.key):
+            logger.error(
+                "Call %r of Session %s has ids that cannot be sent back as UTF-8 (a lone "
+                "surrogate); leaving it pending. The server should never send such ids.",
+                pending.key.call_id,
+                pending.key.session_id,
+            )
+            self._leave_unknown(call, None, False)
+            return
         if function is None and self.unknown_functions == "leave":
             self._emit(call, Lookup(call.key), now)
             return
@@ -934,7 +943,8 @@ class RunnerCore:
         self._decide_existing(call, record, found.stale, now)
 
     def _leave_unknown(self, call: Call, record: CallRecord | None, stale: bool) -> None:
-        """A call to a function this runner does not serve: left for a runner that does.
+        """A call to a function this runner does not serve (or whose ids no result could
+        name): left for a runner that does.
 
         A result someone saved was resubmitted above (that is how ``openagentcore
         recover`` settles a Session without the application's code).
@@ -1561,6 +1571,15 @@ def _terminal_status(event: TerminalTurnEvent) -> str:
     """``completed`` from ``agent.session.turn.completed``, when the event has no Turn."""
     kind: str = getattr(event, "type", "")
     return kind.rsplit(".", 1)[-1]
+
+
+def _sendable(key: CallKey) -> bool:
+    """Whether a result naming ``key`` can be sent: JSON goes out as UTF-8."""
+    try:
+        "".join((key.session_id, key.turn_id, key.call_id)).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def heeds(event: SessionEvent) -> bool:

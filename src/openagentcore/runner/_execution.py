@@ -42,10 +42,10 @@ class Hooks:
 def call_sync(run: RunFunction, hooks: Hooks, context: CallContext) -> FunctionOutcome:
     """Bind the model's arguments and call a plain function, with ``current_call()``
     returning ``context``."""
-    try:
-        args, kwargs = run.function.bind(run.arguments, context=context)
-    except ArgumentsError as exc:
-        return _bad_arguments(run, exc, hooks)
+    bound = _bind(run, hooks, context)
+    if isinstance(bound, FunctionOutcome):
+        return bound
+    args, kwargs = bound
     try:
         value = run_with_context(context, run.function.func, *args, **kwargs)
     except asyncio.CancelledError:
@@ -60,10 +60,10 @@ def call_sync(run: RunFunction, hooks: Hooks, context: CallContext) -> FunctionO
 async def call_async(run: RunFunction, hooks: Hooks, context: CallContext) -> FunctionOutcome:
     """Bind the model's arguments and await a coroutine function. Cancelled (its Turn
     was cancelled or its time ran out), it ends with a failed result."""
-    try:
-        args, kwargs = run.function.bind(run.arguments, context=context)
-    except ArgumentsError as exc:
-        return _bad_arguments(run, exc, hooks)
+    bound = _bind(run, hooks, context)
+    if isinstance(bound, FunctionOutcome):
+        return bound
+    args, kwargs = bound
     try:
         func: Callable[..., Awaitable[Any]] = run.function.func
         value = await run_with_context_async(context, func, *args, **kwargs)
@@ -76,12 +76,29 @@ async def call_async(run: RunFunction, hooks: Hooks, context: CallContext) -> Fu
     return _succeeded(run, value, hooks)
 
 
+def _bind(
+    run: RunFunction, hooks: Hooks, context: CallContext
+) -> tuple[tuple[Any, ...], dict[str, Any]] | FunctionOutcome:
+    """The function's arguments, or the failed outcome of arguments that do not fit."""
+    try:
+        return run.function.bind(run.arguments, context=context)
+    except ArgumentsError as exc:
+        return _bad_arguments(run, exc, hooks)
+    except Exception:
+        # A validator raised something other than ValueError (a bug in it, or input it
+        # did not expect): the function never ran, so the call is not in doubt. The
+        # exception may quote the arguments, so the model is not shown it.
+        logger.exception("Validating the arguments of %s raised", run.function.name)
+        error = ArgumentsError("Invalid arguments: they could not be validated.")
+        return _bad_arguments(run, error, hooks)
+
+
 def _succeeded(run: RunFunction, value: object, hooks: Hooks) -> FunctionOutcome:
     """A value that cannot be sent fails the call: the function did run, so leaving it
     without a result would put it in doubt."""
     try:
         return FunctionOutcome(run.key, success_event(run.key, value))
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # TypeError, ValueError, or whatever the value's methods raise
         logger.error(
             "Function %s returned a %s, which cannot be sent as a result (%s); return str, "
             "JSON-compatible data, a pydantic model or content parts",

@@ -77,7 +77,8 @@ class AsyncServing(RunnerBase, abc.ABC):
         """
         deadline = self._deadline(timeout)
         if output_type is not None:
-            session = await self.client.sessions.retrieve(session_id, **self._time_left(deadline))
+            with self._time_left(deadline) as options:
+                session = await self.client.sessions.retrieve(session_id, **options)
             check_output_format(session.agent.text, output_type)
         serve = self._attach(session_id, "connected")
         try:
@@ -85,18 +86,20 @@ class AsyncServing(RunnerBase, abc.ABC):
                 await self._wait(serve, deadline, interruptible=False)
                 reconnects = serve.report.reconnects  # before the input is sent
                 named = self._change_serve(serve, lambda: self._core.expect_turn(serve, reconnects))
-                await self.client.sessions.events.create(
-                    session_id, events=[input_event(input)], **self._time_left(deadline)
-                )
+                with self._time_left(deadline) as options:
+                    await self.client.sessions.events.create(
+                        session_id, events=[input_event(input)], **options
+                    )
                 turn_id, status = None, "queued"
                 if named:  # the stream shows the Turn, with no request
                     await self._wait(serve, deadline, interruptible=False)
                     turn_id = serve.created_turn
                 if turn_id is None:
                     # The Turn is created in the same transaction that admits the input.
-                    latest = await self.client.sessions.turns.list(
-                        session_id, order="desc", limit=1, **self._time_left(deadline)
-                    )
+                    with self._time_left(deadline) as options:
+                        latest = await self.client.sessions.turns.list(
+                            session_id, order="desc", limit=1, **options
+                        )
                     if not latest.data:
                         raise RunnerError(
                             f"Session {session_id} admitted the input but shows no Turn"
@@ -110,10 +113,9 @@ class AsyncServing(RunnerBase, abc.ABC):
             self._detach(serve)
         items: Sequence[object] | None = serve.streamed_answer()
         if items is None:
-            listed = self.client.sessions.items.list(
-                session_id, order="asc", **self._time_left(deadline)
-            )
-            items = [item async for item in listed]
+            with self._time_left(deadline) as options:
+                listed = self.client.sessions.items.list(session_id, order="asc", **options)
+                items = [item async for item in listed]
         return turn_result(serve, items, output_type)
 
     async def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:

@@ -75,7 +75,8 @@ class Serving(RunnerBase, abc.ABC):
         """
         deadline = self._deadline(timeout)
         if output_type is not None:
-            session = self.client.sessions.retrieve(session_id, **self._time_left(deadline))
+            with self._time_left(deadline) as options:
+                session = self.client.sessions.retrieve(session_id, **options)
             check_output_format(session.agent.text, output_type)
         serve = self._attach(session_id, "connected")
         try:
@@ -83,18 +84,20 @@ class Serving(RunnerBase, abc.ABC):
                 self._wait(serve, deadline, interruptible=False)
                 reconnects = serve.report.reconnects  # before the input is sent
                 named = self._change_serve(serve, lambda: self._core.expect_turn(serve, reconnects))
-                self.client.sessions.events.create(
-                    session_id, events=[input_event(input)], **self._time_left(deadline)
-                )
+                with self._time_left(deadline) as options:
+                    self.client.sessions.events.create(
+                        session_id, events=[input_event(input)], **options
+                    )
                 turn_id, status = None, "queued"
                 if named:  # the stream shows the Turn, with no request
                     self._wait(serve, deadline, interruptible=False)
                     turn_id = serve.created_turn
                 if turn_id is None:
                     # The Turn is created in the same transaction that admits the input.
-                    latest = self.client.sessions.turns.list(
-                        session_id, order="desc", limit=1, **self._time_left(deadline)
-                    )
+                    with self._time_left(deadline) as options:
+                        latest = self.client.sessions.turns.list(
+                            session_id, order="desc", limit=1, **options
+                        )
                     if not latest.data:
                         raise RunnerError(
                             f"Session {session_id} admitted the input but shows no Turn"
@@ -108,10 +111,9 @@ class Serving(RunnerBase, abc.ABC):
             self._detach(serve)
         items: Sequence[object] | None = serve.streamed_answer()
         if items is None:
-            listed = self.client.sessions.items.list(
-                session_id, order="asc", **self._time_left(deadline)
-            )
-            items = [item for item in listed]
+            with self._time_left(deadline) as options:
+                listed = self.client.sessions.items.list(session_id, order="asc", **options)
+                items = [item for item in listed]
         return turn_result(serve, items, output_type)
 
     def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
