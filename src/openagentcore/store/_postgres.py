@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -10,7 +11,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ._base import Clock
-from ._exceptions import StoreClosedError, StoreKeyError, StoreSchemaError, StoreUnavailableError
+from ._exceptions import (
+    StoreClosedError,
+    StoreCorruptError,
+    StoreKeyError,
+    StoreSchemaError,
+    StoreUnavailableError,
+)
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
 if TYPE_CHECKING:
@@ -159,7 +166,13 @@ class PostgresResultStore(SQLResultStore):
         self._table_name = table
         #: Where the records live, for log lines: the DSN without its password.
         self.location = f"{_without_password(dsn)} table {schema}.{table}"
-        self._operational_error: type[Exception] = psycopg.OperationalError
+        # The server cannot do it now: down, restarting, or a read-only standby during a
+        # failover. Transient, so "unavailable": the call waits instead of failing.
+        self._unavailable_errors: tuple[type[Exception], ...] = (
+            psycopg.OperationalError,
+            psycopg.errors.ReadOnlySqlTransaction,
+            psycopg.errors.IdleInTransactionSessionTimeout,
+        )
         # Errors about the values, not the server: permanent, so never "unavailable".
         self._value_errors: tuple[type[Exception], ...] = (
             psycopg.DataError,
@@ -171,7 +184,10 @@ class PostgresResultStore(SQLResultStore):
                 min_size=1,
                 max_size=pool_size,
                 timeout=pool_timeout,
-                kwargs={"autocommit": True},
+                # No server-side prepared statements: a plan cached before the table
+                # changed under it fails ("cached plan must not change result type")
+                # for the life of the connection; and PgBouncer cannot keep them.
+                kwargs={"autocommit": True, "prepare_threshold": None},
                 configure=configure,
                 check=psycopg_pool.ConnectionPool.check_connection,
                 name=f"openagentcore-store-{schema}.{table}",
@@ -266,6 +282,14 @@ class PostgresResultStore(SQLResultStore):
             f"({exc}); retry once the server is reachable"
         )
 
+    def _damaged(self, exc: Exception) -> StoreCorruptError:
+        what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        return StoreCorruptError(
+            f"the PostgreSQL result store {self._schema}.{self._table_name} holds a damaged "
+            f"row: a saved result cannot be read ({what}). Repair or delete that row by "
+            "hand; until then reads that meet it fail"
+        )
+
     def _open_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
         if self._pool is None:
             raise StoreClosedError(f"{self!r} is closed; open the store again")
@@ -288,8 +312,10 @@ class PostgresResultStore(SQLResultStore):
                 yield _PostgresTransaction(connection)
         except self._value_errors as exc:
             raise self._refused_value(exc) from None
-        except self._operational_error as exc:
+        except self._unavailable_errors as exc:
             raise self._unavailable(exc) from exc
+        except json.JSONDecodeError as exc:
+            raise self._damaged(exc) from exc
 
     @contextmanager
     def _reading(self) -> Iterator[Transaction]:
@@ -299,8 +325,10 @@ class PostgresResultStore(SQLResultStore):
                 yield _PostgresTransaction(connection)
         except self._value_errors as exc:
             raise self._refused_value(exc) from None
-        except self._operational_error as exc:
+        except self._unavailable_errors as exc:
             raise self._unavailable(exc) from exc
+        except json.JSONDecodeError as exc:
+            raise self._damaged(exc) from exc
 
 
 def _first_line(exc: Exception) -> str:

@@ -200,9 +200,13 @@ def _clean_text(text: str) -> str:
 
 
 def decode_result(text: str | None) -> dict[str, Any] | None:
+    """A stored result; ``JSONDecodeError`` for text that is not a JSON object (a row
+    damaged by hand or by another tool), which the stores report as damage."""
     if text is None:
         return None
-    decoded: dict[str, Any] = json.loads(text)
+    decoded = json.loads(text)
+    if not isinstance(decoded, dict):
+        raise json.JSONDecodeError("a saved result is not a JSON object", text, 0)
     return decoded
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
+import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from . import _rules
 from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
-from ._exceptions import UnknownCallError
+from ._exceptions import StoreCorruptError, UnknownCallError
 from ._records import PRUNABLE_STATES, CallKey, CallRecord, CallState, Claim
 
 __all__ = ["MIGRATIONS", "Migration", "SQLResultStore", "Transaction"]
@@ -264,10 +265,24 @@ class SQLResultStore(StoreBase):
 
         return self._write(insert)
 
+    @abc.abstractmethod
+    def _damaged(self, exc: Exception) -> StoreCorruptError:
+        """The error for a row that cannot be decoded, naming where the records live."""
+
+    @contextmanager
+    def _naming_damage(self) -> Iterator[None]:
+        """Rows are decoded after their read transaction; a bad one names the store."""
+        try:
+            yield
+        except json.JSONDecodeError as exc:
+            raise self._damaged(exc) from exc
+
     def get(self, key: CallKey) -> CallRecord | None:
+        """The call's record, or ``None``; a damaged row raises ``StoreCorruptError``."""
         with self._reading() as tx:
             rows = tx.query(self._get_sql, _key_params(key))
-        return _rules.record_from_row(rows[0]) if rows else None
+        with self._naming_damage():
+            return _rules.record_from_row(rows[0]) if rows else None
 
     def find(
         self,
@@ -276,6 +291,8 @@ class SQLResultStore(StoreBase):
         states: Iterable[CallState] | None = None,
         limit: int | None = None,
     ) -> list[CallRecord]:
+        """Records matching the filters, oldest first; a damaged row raises
+        ``StoreCorruptError``."""
         wanted, limit = normalize_find_filters(states, limit)
         if wanted is not None and not wanted:
             return []
@@ -297,7 +314,8 @@ class SQLResultStore(StoreBase):
             params.append(limit)
         with self._reading() as tx:
             rows = tx.query(self._sql(sql), params)
-        return [_rules.record_from_row(row) for row in rows]
+        with self._naming_damage():
+            return [_rules.record_from_row(row) for row in rows]
 
     def prune(self, *, older_than: float) -> int:
         validate_older_than(older_than)

@@ -8,7 +8,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar, cast
 
@@ -21,7 +21,6 @@ from ._exceptions import (
     StoreSchemaError,
     StoreUnavailableError,
 )
-from ._records import CallKey, CallRecord, CallState
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
 __all__ = ["SQLiteResultStore"]
@@ -108,6 +107,8 @@ class SQLiteResultStore(SQLResultStore):
                 "Check that the directory exists and is writable."
             ) from exc
         self._connection: sqlite3.Connection | None = connection
+        #: The file this store opened: writes check that its path still names it.
+        self._file = _file_identity(self._path)
         # Switching a new file to WAL can answer "database is locked" at once, without
         # waiting on busy_timeout, while another process creates the same store: retry.
         opening = tenacity.Retrying(
@@ -139,30 +140,8 @@ class SQLiteResultStore(SQLResultStore):
         """The database file."""
         return self._path
 
-    def get(self, key: CallKey) -> CallRecord | None:
-        """The call's record, or ``None``; a damaged row raises ``StoreCorruptError``."""
-        with self._naming_damage():
-            return super().get(key)
-
-    def find(
-        self,
-        *,
-        session_id: str | None = None,
-        states: Iterable[CallState] | None = None,
-        limit: int | None = None,
-    ) -> list[CallRecord]:
-        """Records matching the filters, oldest first; a damaged row raises
-        ``StoreCorruptError``."""
-        with self._naming_damage():
-            return super().find(session_id=session_id, states=states, limit=limit)
-
-    @contextmanager
-    def _naming_damage(self) -> Iterator[None]:
-        """Rows are decoded after their read transaction; a bad one names the file."""
-        try:
-            yield
-        except json.JSONDecodeError as exc:
-            raise _corrupt(self._path, exc) from exc
+    def _damaged(self, exc: Exception) -> StoreCorruptError:
+        return _corrupt(self._path, exc)
 
     def close(self) -> None:
         with self._lock:
@@ -260,6 +239,14 @@ class SQLiteResultStore(SQLResultStore):
             connection = self._open_connection()
             try:
                 connection.execute("BEGIN IMMEDIATE")
+                if _file_identity(self._path) != self._file:
+                    connection.execute("ROLLBACK")
+                    raise StoreUnavailableError(
+                        f"the SQLite result store at {self._path!r} was deleted or replaced "
+                        "while this process had it open, so nothing more is written: another "
+                        "process would not see it. Put the file back, or stop every runner "
+                        "using it (calls they had started are then not deduplicated)"
+                    )
                 try:
                     yield _SQLiteTransaction(connection)
                 except BaseException:
@@ -287,6 +274,17 @@ class SQLiteResultStore(SQLResultStore):
                 raise _corrupt(self._path, exc) from exc
 
 
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """The device and inode ``path`` names now (``None``: missing, or not a file)."""
+    if path == ":memory:" or path.startswith("file:"):
+        return None
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
 def _create_private(path: str) -> None:
     """Create the database file readable by its owner only, before SQLite does.
 
@@ -305,7 +303,11 @@ def _create_private(path: str) -> None:
 
 
 def _corrupt(path: str, exc: Exception) -> StoreCorruptError:
-    what = "a saved result is not valid JSON" if isinstance(exc, ValueError) else str(exc)
+    what = (
+        f"a saved result cannot be read ({exc.msg})"
+        if isinstance(exc, json.JSONDecodeError)
+        else str(exc)
+    )
     return StoreCorruptError(
         f"the SQLite result store at {path!r} is damaged: {what}. Move the file aside "
         "and start with a new one; the calls it recorded will not be deduplicated"
