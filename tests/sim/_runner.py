@@ -26,6 +26,7 @@ from openagentcore.runner._effects import (
     ClaimCall,
     FunctionOutcome,
     Lookup,
+    MarkInDoubt,
     PostResults,
     ReadSession,
     ReportAction,
@@ -39,7 +40,7 @@ from openagentcore.runner._execution import call_sync
 from openagentcore.runner._pump import Message, Received, Stop, ask_in_doubt, carry, run_round
 from openagentcore.runner._registry import RegisteredFunction, describe_function
 from openagentcore.runner._serving_async import AsyncServing
-from openagentcore.store import CallKey, StoreKeyError, StoreUnavailableError
+from openagentcore.store import CallKey, CallState, StoreKeyError, StoreUnavailableError
 from openagentcore.store._records import owner_closed
 from openagentcore.types import Session, Turn
 
@@ -110,6 +111,8 @@ class SimRunner(AsyncServing):
         self._verdicts: dict[int, SimFuture[None]] = {}
         #: Resolved after every round of the pump (for ``_wait``'s grace).
         self._round: SimFuture[None] = SimFuture()
+        #: The attempts whose function this worker started.
+        self._started: set[tuple[CallKey, int]] = set()
 
     def _counting(self, function: RegisteredFunction) -> Callable[[str], str]:
         name, runs = function.name, self.world.runs
@@ -256,6 +259,7 @@ class SimRunner(AsyncServing):
     # -- carrying out effects (a Carrier, as the real drivers are) ------------------------
 
     def _run_function(self, effect: RunFunction) -> None:
+        self._started.add((effect.key, effect.attempt))
         self.world.later(0.0, 0.005, lambda: self._run(effect))
 
     def _cancel_function(self, effect: CancelFunction) -> None:
@@ -287,6 +291,8 @@ class SimRunner(AsyncServing):
 
     def _store(self, effect: StoreEffect) -> None:
         world = self.world
+        if isinstance(effect, MarkInDoubt):
+            self._check_own_doubt(effect)
         keys = [key for key, _ in effect.changes] if isinstance(effect, WriteMarks) else []
         if isinstance(effect, (ClaimCall, Lookup)):
             keys = [effect.key]
@@ -300,6 +306,22 @@ class SimRunner(AsyncServing):
                 answer = StoreAnswer(effect, error=StoreUnavailableError("commit, then lost"))
         slow = world.chance(world.faults.slow_ack)
         self.deliver_at(world.now + world.rng.uniform(0.0005, 0.3 if slow else 0.01), answer)
+
+    def _check_own_doubt(self, effect: MarkInDoubt) -> None:
+        """A worker puts its own claim in doubt only if it started that attempt's
+        function: a claim it made and never ran is not in doubt, it is its to run."""
+        record = self.world.store.get(effect.key)
+        if (
+            record is not None
+            and record.state is CallState.STARTED
+            and record.owner == self._core.owner
+            and (effect.key, record.attempts) not in self._started
+        ):
+            raise Violation(
+                f"seed {self.world.seed}: {self._core.owner} marks its own claim of "
+                f"{effect.key.call_id} (attempt {record.attempts}) in doubt, although it "
+                "never started that attempt's function"
+            )
 
     def _run(self, effect: RunFunction) -> None:
         if not self.worker.alive:

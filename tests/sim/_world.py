@@ -63,12 +63,14 @@ BY_HAND_ERROR = "refused by hand"
 @dataclass(frozen=True)
 class Decision:
     """What the operator last decided for a call (``output``, ``failed`` or ``rerun`` for
-    a call in doubt, ``answer`` on the server for a refused one), and its attempt count
-    then."""
+    a call in doubt, ``answer`` on the server for a refused one), and the call's attempt
+    count, its function's runs and the workers' crashes then."""
 
     kind: str
     attempts: int
     event: dict[str, Any] | None
+    runs: int
+    crashes: int
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,8 @@ class World:
         self.unstorable: set[CallKey] = set()
         #: Runs of each call's function (effects).
         self.runs: Counter[CallKey] = Counter()
+        #: Workers killed so far.
+        self.crashes = 0
         self.reports: list[ServeReport] = []
         self.chaos = True
         self.generation = itertools.count(1)
@@ -244,7 +248,9 @@ class World:
             self.store.settle_refused_by_hand(key, settled_by=f"manual:{kind}")
         except InvalidTransitionError:
             return
-        self.decisions[key] = Decision("answer", record.attempts, event)
+        self.decisions[key] = Decision(
+            "answer", record.attempts, event, self.runs[key], self.crashes
+        )
 
     @staticmethod
     def _by_hand(key: CallKey, kind: str) -> dict[str, Any] | None:
@@ -261,7 +267,7 @@ class World:
             saved = self.store.settle_by_hand(key, event, settled_by=f"manual:{kind}")
         except InvalidTransitionError:
             return  # a worker moved it first: the command says so and changes nothing
-        self.decisions[key] = Decision(kind, saved.attempts, event)
+        self.decisions[key] = Decision(kind, saved.attempts, event, self.runs[key], self.crashes)
         if kind == "rerun":
             self.reruns_by_hand[key] += 1
 
@@ -367,6 +373,17 @@ class World:
                 f"seed {self.seed}: {call_id} was cleared to run again by hand, but a "
                 f"runner's in-doubt policy answered it with no new attempt: {record.result}"
             )
+        if by_policy and (self.runs[record.key], self.crashes) == (
+            decision.runs,
+            decision.crashes,
+        ):
+            # Only a worker killed after taking the call over (its function may or may
+            # not have started) lets the policy answer a call cleared to run again.
+            raise Violation(
+                f"seed {self.seed}: {call_id} was cleared to run again by hand, but a "
+                "runner's in-doubt policy answered it although its function never ran and "
+                f"no worker crashed: {record.result}"
+            )
 
     def _check_late(self, call: ServerCall, runs: int, late: dict[str, Any]) -> None:
         """A late outcome is what a function that ran past its timeout produced."""
@@ -432,6 +449,7 @@ class SimWorker:
     def crash(self) -> None:
         if self.alive:
             self.alive = False
+            self.world.crashes += 1
             self.world.reports.extend(serve.report for serve in self.runner._core.serves.values())
             for task in self.tasks:
                 task.kill()

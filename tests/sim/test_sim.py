@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from openagentcore.runner._core import Call, RunnerCore, Serve
-from openagentcore.store import CallRecord
+from openagentcore.store import CallKey, CallRecord
 
 from ._soak import checked, default_jobs
 from ._world import World, run_seed
@@ -122,10 +122,26 @@ def _reruns_by_hand_ignored(core: RunnerCore) -> None:
     core._decide_existing = decide_existing  # type: ignore[method-assign]
 
 
+def _lost_take_over_answers_not_recognised(core: RunnerCore) -> None:
+    """Reverts the fix for a take-over whose answer was lost after it committed: its
+    retry finds the record the first try wrote, and the runner takes that for a claim
+    of its own nothing runs, and marks it in doubt."""
+    core._unconfirmed = _ClaimsOnly()
+
+
+class _ClaimsOnly(dict[CallKey, int]):
+    """Remembers unconfirmed claims (attempt 1) but forgets unconfirmed take-overs."""
+
+    def __setitem__(self, key: CallKey, attempts: int) -> None:
+        if attempts == 1:
+            super().__setitem__(key, attempts)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "mutation",
     [
+        _lost_take_over_answers_not_recognised,
         _reruns_by_hand_ignored,
         _refused_results_waited_out,
         _no_attempt_cap,
