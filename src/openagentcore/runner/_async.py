@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -49,27 +50,43 @@ class _Inbox:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._items: deque[pump.Message] = deque()
-        self._ready = asyncio.Event()
+        #: What ``drain`` awaits while the inbox is empty.
+        self._waiter: asyncio.Future[None] | None = None
 
     def put(self, message: pump.Message) -> None:
         self._items.append(message)
         if threading.get_ident() == self._loop_thread:
-            self._ready.set()  # no wake-up pipe needed on the loop's own thread
+            self._wake()  # no wake-up pipe needed on the loop's own thread
         else:
-            self._loop.call_soon_threadsafe(self._ready.set)
+            self._loop.call_soon_threadsafe(self._wake)
 
     def put_threadsafe(self, message: pump.Message) -> None:
         """``put`` that always wakes the loop through its pipe (for signal handlers)."""
         self._items.append(message)
-        self._loop.call_soon_threadsafe(self._ready.set)
+        self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def drain(self, wait: float) -> list[pump.Message]:
+        """Every message waiting, after waiting up to ``wait`` seconds for the first.
+
+        Not ``asyncio.wait_for``: woken as the pump is cancelled, it can swallow the
+        cancellation, and a pump that runs on keeps ``asyncio.run`` from returning."""
         if not self._items:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), wait)
-        self._ready.clear()
-        items = list(self._items)
-        self._items.clear()
+            waiter = self._waiter = self._loop.create_future()
+            timer = self._loop.call_later(wait, self._wake) if math.isfinite(wait) else None
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        items = []
+        while self._items:  # one at a time: a put from another thread is never cleared
+            items.append(self._items.popleft())
         return items
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -119,16 +120,22 @@ class RunnerBase:
             max_concurrency = self.default_max_concurrency
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
-        if lease_seconds <= 0:
-            raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
+        if not 0 < lease_seconds < math.inf:
+            raise ValueError(f"lease_seconds must be positive and finite, got {lease_seconds}")
         if unknown_functions not in ("leave", "fail"):
             raise ValueError(
                 f"unknown_functions must be 'leave' or 'fail', got {unknown_functions!r}"
             )
         if not unreachable_timeout > 0:
             raise ValueError(f"unreachable_timeout must be positive, got {unreachable_timeout}")
-        if shutdown_grace < 0:
+        if not shutdown_grace >= 0:  # NaN too
             raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
+        for name, seconds in (
+            ("reconnect_max_delay", reconnect_max_delay),
+            ("poll_interval", poll_interval),
+        ):
+            if not 0 < seconds < math.inf:
+                raise ValueError(f"{name} must be positive and finite, got {seconds}")
         self.store = open_store(store)
         self.max_concurrency = max_concurrency
         self.reconnect_max_delay = reconnect_max_delay
@@ -166,7 +173,12 @@ class RunnerBase:
         return time.monotonic()
 
     def _deadline(self, timeout: float | None) -> float | None:
-        return None if timeout is None else self._now() + timeout
+        """When a serve with ``timeout`` must end (``None`` or ``inf``: never)."""
+        if timeout is None or timeout == math.inf:
+            return None
+        if math.isnan(timeout):
+            raise ValueError("timeout must be a number of seconds or None, got nan")
+        return self._now() + timeout
 
     @contextlib.contextmanager
     def _time_left(self, deadline: float | None) -> Iterator[CallOptions]:

@@ -105,7 +105,7 @@ class FunctionRunner(Serving):
                 left = deadline - self._now()
                 if left <= 0:
                     break
-                self._changed.wait(left)
+                self._changed.wait(_bounded(left))
             self._waiting_for_idle -= 1
             if self._core.busy():
                 logger.warning(
@@ -199,7 +199,7 @@ class FunctionRunner(Serving):
                 left = None if deadline is None else deadline - self._now()
                 if left is not None and left <= 0:
                     break
-                self._changed.wait(left)
+                self._changed.wait(_bounded(left))
             else:
                 error = self._verdicts.pop(serve.id)
                 if error is not None:
@@ -213,7 +213,7 @@ class FunctionRunner(Serving):
             self._waiting_for_idle += 1
             try:
                 while self._core.busy(serve.session_id) and self._now() < grace_end:
-                    self._changed.wait(grace_end - self._now())
+                    self._changed.wait(_bounded(grace_end - self._now()))
             finally:
                 self._waiting_for_idle -= 1
         raise ServeTimeout(f"Session {serve.session_id} was not settled in time", serve.report)
@@ -274,7 +274,7 @@ class FunctionRunner(Serving):
                     job = functools.partial(
                         self._deliver_outcome, pump.perform_store, effect, self.store
                     )
-                    self._functions.submit(self._function_thread, job)
+                    self._start(self._functions, self._function_thread, job)
                 else:
                     messages.append(pump.perform_store(effect, self.store))
             if not messages:
@@ -295,7 +295,7 @@ class FunctionRunner(Serving):
         self._contexts[effect.key] = context
         job = functools.partial(self._run, effect, context)
         if not self._take_here(job):
-            self._functions.submit(self._function_thread, job)
+            self._start(self._functions, self._function_thread, job)
 
     def _cancel_function(self, effect: pump.CancelFunction) -> None:
         running = self._contexts.get(effect.key)
@@ -305,19 +305,19 @@ class FunctionRunner(Serving):
     def _post_results(self, effect: pump.PostResults) -> None:
         job = functools.partial(self._deliver_outcome, self._post, effect)
         if not self._take_here(job):
-            self._http_pool.submit(job)
+            self._start(self._http_pool, job)
 
     def _read_session(self, effect: pump.ReadSession) -> None:
-        self._http_pool.submit(lambda: self._deliver(self._read(effect)))
+        self._start(self._http_pool, lambda: self._deliver(self._read(effect)))
 
     def _ask_in_doubt(self, effect: pump.AskInDoubt) -> None:
         assert self._on_in_doubt is not None
         hook = self._on_in_doubt
-        self._hook_pool.submit(lambda: self._deliver(pump.ask_in_doubt(hook, effect)))
+        self._start(self._hook_pool, lambda: self._deliver(pump.ask_in_doubt(hook, effect)))
 
     def _report_action(self, effect: pump.ReportAction) -> None:
         assert self._on_action is not None
-        self._hook_pool.submit(pump.report_action, self._on_action, effect)
+        self._start(self._hook_pool, pump.report_action, self._on_action, effect)
 
     # -- a function's thread: the function, its save and its post in a row --------------
 
@@ -343,6 +343,17 @@ class FunctionRunner(Serving):
 
     def _on_function_thread(self) -> bool:
         return getattr(self._local, "jobs", None) is not None
+
+    def _start(self, pool: ThreadPoolExecutor, work: Callable[..., object], *args: object) -> None:
+        """Run ``work`` on one of ``pool``'s threads."""
+        try:
+            pool.submit(work, *args)
+        except RuntimeError:
+            if self._closing:
+                return  # closed: nothing starts any more; a restarted runner settles it
+            # The main thread has returned: concurrent.futures takes no new work during
+            # interpreter shutdown, yet a serve in another thread goes on and needs this.
+            threading.Thread(target=work, args=args, name="openagentcore-late").start()
 
     def _deliver_outcome(self, work: Callable[..., pump.Message], *args: object) -> None:
         self._deliver(work(*args))
@@ -414,7 +425,7 @@ class _Reader:
             put(pump.Dropped(serve_id))
 
     def _sleep(self, seconds: float) -> None:
-        self._stop.wait(seconds)
+        self._stop.wait(_bounded(seconds))
 
     def _limit(self) -> float | None:
         """How long to try a server that cannot be reached: a serve that must end
@@ -463,7 +474,7 @@ async def _cancellable(
 def _drain(inbox: queue.SimpleQueue[pump.Message], wait: float) -> list[pump.Message]:
     """Every message waiting, after waiting up to ``wait`` seconds for the first."""
     try:
-        messages = [inbox.get(timeout=wait)]
+        messages = [inbox.get(timeout=_bounded(wait))]
     except queue.Empty:
         return []
     while True:
@@ -471,3 +482,9 @@ def _drain(inbox: queue.SimpleQueue[pump.Message], wait: float) -> list[pump.Mes
             messages.append(inbox.get_nowait())
         except queue.Empty:
             return messages
+
+
+def _bounded(seconds: float | None) -> float | None:
+    """A wait a lock can take: ``threading`` refuses longer ones (an infinite
+    ``shutdown_grace``), with ``OverflowError``."""
+    return None if seconds is None else min(seconds, threading.TIMEOUT_MAX)
