@@ -37,6 +37,7 @@ __all__ = [
     "AsyncHTTPTransport",
     "AsyncioBackend",
     "SyncHTTPTransport",
+    "Wakeup",
     "async_http_transport",
     "deadline",
     "new_async_http_client",
@@ -76,8 +77,8 @@ class _Connection(asyncio.Protocol):
         self.reading_paused = False
         self.writing_paused = False
         #: Wake the stream's pending read (data, EOF, loss) or write (drained, loss).
-        self.data_arrived = _Wakeup()
-        self.drained = _Wakeup()
+        self.data_arrived = Wakeup()
+        self.drained = Wakeup()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -111,7 +112,7 @@ class _Connection(asyncio.Protocol):
         return bool(self.buffer) or self.eof or self.lost
 
 
-class _Wakeup:
+class Wakeup:
     """One coroutine's wait for a protocol callback; a timer runs only with a timeout."""
 
     def __init__(self) -> None:

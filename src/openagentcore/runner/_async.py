@@ -25,6 +25,7 @@ import tenacity
 from typing_extensions import Unpack
 
 from .._client import AsyncClient
+from .._network import Wakeup
 from ..store import CallKey
 from ..store._records import owner_closed
 from . import _pump as pump
@@ -50,25 +51,19 @@ class _Inbox:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._items: deque[pump.Message] = deque()
-        #: What ``drain`` awaits while the inbox is empty.
-        self._waiter: asyncio.Future[None] | None = None
+        self._arrived = Wakeup()
 
     def put(self, message: pump.Message) -> None:
         self._items.append(message)
         if threading.get_ident() == self._loop_thread:
-            self._wake()  # no wake-up pipe needed on the loop's own thread
+            self._arrived.wake()  # no wake-up pipe needed on the loop's own thread
         else:
-            self._loop.call_soon_threadsafe(self._wake)
+            self._loop.call_soon_threadsafe(self._arrived.wake)
 
     def put_threadsafe(self, message: pump.Message) -> None:
         """``put`` that always wakes the loop through its pipe (for signal handlers)."""
         self._items.append(message)
-        self._loop.call_soon_threadsafe(self._wake)
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._loop.call_soon_threadsafe(self._arrived.wake)
 
     async def drain(self, wait: float) -> list[pump.Message]:
         """Every message waiting, after waiting up to ``wait`` seconds for the first.
@@ -76,14 +71,8 @@ class _Inbox:
         Not ``asyncio.wait_for``: woken as the pump is cancelled, it can swallow the
         cancellation, and a pump that runs on keeps ``asyncio.run`` from returning."""
         if not self._items:
-            waiter = self._waiter = self._loop.create_future()
-            timer = self._loop.call_later(wait, self._wake) if math.isfinite(wait) else None
-            try:
-                await waiter
-            finally:
-                self._waiter = None
-                if timer is not None:
-                    timer.cancel()
+            with contextlib.suppress(TimeoutError):
+                await self._arrived.wait(wait if math.isfinite(wait) else None)
         items = []
         while self._items:  # one at a time: a put from another thread is never cleared
             items.append(self._items.popleft())
