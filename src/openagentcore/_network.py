@@ -113,7 +113,8 @@ class _Connection(asyncio.Protocol):
 
 
 class Wakeup:
-    """One coroutine's wait for a protocol callback; a timer runs only with a timeout."""
+    """One coroutine's wait to be woken (by a protocol callback, or a message for the
+    runner's pump); a timer runs only with a timeout."""
 
     def __init__(self) -> None:
         self._waiter: asyncio.Future[None] | None = None
