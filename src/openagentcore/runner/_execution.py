@@ -140,7 +140,7 @@ def _failed(run: RunFunction, exc: Exception, hooks: Hooks) -> FunctionOutcome:
             return FunctionOutcome(
                 run.key, checked_failure_event(run.key, hooks.error_formatter(exc))
             )
-        except Exception:
+        except BaseException:  # even SystemExit: the function's failure is known
             logger.exception("error_formatter failed; sending the generic error text")
     return FunctionOutcome(run.key, failure_event(run.key, INTERNAL_ERROR))
 
@@ -149,5 +149,5 @@ def _tell_on_error(run: RunFunction, exc: Exception, hooks: Hooks) -> None:
     if hooks.on_error is not None:
         try:
             hooks.on_error(run.key, exc)
-        except Exception:
+        except BaseException:  # even SystemExit: it must not turn a failure into doubt
             logger.exception("on_error hook raised; ignoring it")

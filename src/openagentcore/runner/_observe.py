@@ -10,6 +10,7 @@ is installed, records a span per call (GenAI semantic conventions for
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -48,6 +49,8 @@ except ImportError:  # pragma: no cover - the dev environment has it
 #: Warn that the store is unreachable once it has been for this long, then this often.
 STORE_WARN_AFTER = 5.0
 STORE_WARN_EVERY = 30.0
+#: An observer that keeps failing logs its first failure, then one in this many.
+_FAILURES_LOGGED_EVERY = 1000
 #: Function names remembered for calls not settled yet.
 _NAMES_LIMIT = 4096
 #: Outcomes that count a call as in doubt even when no effect showed it.
@@ -93,8 +96,15 @@ class CallObserver:
         self._store_down_since: float | None = None
         self._store_warned_at = float("-inf")
         self._tracer: Any = None
+        self._failures = 0
         if OTEL_AVAILABLE:
-            self._setup_otel(tracer_provider, meter_provider)
+            try:
+                self._setup_otel(tracer_provider, meter_provider)
+            except Exception as exc:
+                raise TypeError(
+                    "tracer_provider and meter_provider must be OpenTelemetry providers "
+                    f"(or None for the global ones): {exc!r}"
+                ) from exc
 
     def _setup_otel(self, tracer_provider: Any, meter_provider: Any) -> None:
         from .. import __version__
@@ -138,7 +148,29 @@ class CallObserver:
         effects: Sequence[object] = (),
     ) -> None:
         """One round of the pump: the answers fed to the core, then its notes, then the
-        effects it returned (in that order, so child spans end before their call's)."""
+        effects it returned (in that order, so child spans end before their call's).
+
+        Observing never changes serving: whatever a tracer, a meter or a log handler
+        raises is logged (the first time, then every ``_FAILURES_LOGGED_EVERY``th) and
+        dropped, and the round's effects are carried out all the same."""
+        try:
+            self._observe(notes, now, messages, effects)
+        except Exception:
+            self._failures += 1
+            if self._failures % _FAILURES_LOGGED_EVERY == 1:
+                with contextlib.suppress(Exception):  # the failing handler may be ours
+                    runner_logger.exception(
+                        "Observing calls failed (%d times so far); serving goes on",
+                        self._failures,
+                    )
+
+    def _observe(
+        self,
+        notes: Sequence[Note],
+        now: float,
+        messages: Sequence[object],
+        effects: Sequence[object],
+    ) -> None:
         for message in messages:
             self._on_message(message, now)
         for note in notes:

@@ -72,7 +72,16 @@ def check_output_format(
 ) -> None:
     """Raise ``ValueError`` unless ``text`` (an Agent's or Session's ``agent.text``)
     asks for JSON-schema output, so ``run_turn(..., output_type=...)`` can fail before
-    it sends anything instead of after the Turn answers in prose."""
+    it sends anything instead of after the Turn answers in prose. Raises ``TypeError``
+    for a type pydantic cannot validate, for the same reason."""
+    name = getattr(output_type, "__name__", repr(output_type))
+    try:
+        pydantic.TypeAdapter(output_type)
+    except pydantic.PydanticUserError as exc:
+        raise TypeError(
+            f"output_type={name} is not a type pydantic can validate ({exc.message}). "
+            "Use a pydantic model, dataclass or TypedDict."
+        ) from None
     if isinstance(text, TextConfig):
         format_type = text.format.type
     elif isinstance(text, Mapping) and isinstance(text.get("format"), Mapping):
@@ -80,7 +89,6 @@ def check_output_format(
     else:
         format_type = None
     if format_type != "json_schema":
-        name = getattr(output_type, "__name__", repr(output_type))
         raise ValueError(
             f"output_type={name} needs an agent that answers in JSON, but its text.format "
             f"is {format_type or 'text'!r}. Create the Session or Agent with "
@@ -116,5 +124,12 @@ def parse_turn_output(result: TurnResult[Any], output_type: type[T]) -> TurnResu
             result=result,
             output_type=output_type,
         ) from None
+    except Exception as exc:  # a validator of the type raised something else
+        raise StructuredOutputError(
+            f"Turn {result.turn_id}'s answer could not be parsed as {name}: a validator "
+            f"raised {type(exc).__name__}. The raw answer is in the error's result.text.",
+            result=result,
+            output_type=output_type,
+        ) from exc
     parsed: TurnResult[T] = dataclasses.replace(result, output=output)
     return parsed

@@ -36,6 +36,7 @@ from ._effects import (
     StoreEffect,
     perform_store,
 )
+from ._json import encode_output
 
 # Drivers use this module as their one vocabulary (``from . import _pump as pump``):
 # the messages they feed, the effects they carry out, and the helpers both share.
@@ -329,15 +330,22 @@ class Outage:
 
 
 def ask_in_doubt(hook: InDoubtHandler, effect: AskInDoubt) -> InDoubtAnswer:
-    """Run the application's ``on_in_doubt`` hook. A hook that raises or returns
-    something else is logged, and the call gets the default policy (a failed result)."""
+    """Run the application's ``on_in_doubt`` hook. A hook that raises (anything) or
+    returns something else is logged, and the call gets the default policy (a failed
+    result). A result it gives is encoded here, on the hook's thread: encoding runs the
+    application's code too (a model's serializers), which the core never runs."""
     try:
         decision = hook(
             InDoubtCall(effect.key, effect.function_name, effect.arguments, effect.attempts)
         )
-        return InDoubtAnswer(effect.key, decision.kind, decision.value, decision.error)
-    except Exception:
+        value = decision.value
+        if decision.kind == "result" and value is not None:
+            value = encode_output(value)
+        return InDoubtAnswer(effect.key, decision.kind, value, decision.error)
+    except BaseException:
         logger.exception(
-            "on_in_doubt raised for call %s; failing it as outcome unknown", effect.key.call_id
+            "on_in_doubt raised, or gave a result that cannot be sent, for call %s; "
+            "failing it as outcome unknown",
+            effect.key.call_id,
         )
         return InDoubtAnswer(effect.key, "fail")

@@ -12,6 +12,7 @@ argument the function does not name fails the call instead of being dropped.
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import types
 from collections.abc import Callable, Mapping
@@ -171,16 +172,22 @@ def _signature_binder(
     hints: Mapping[str, Any],
     context_parameter: str | None,
 ) -> tuple[dict[str, Any], Binder]:
+    # Each parameter is a field of a generated name with the parameter's name as its
+    # alias: a parameter may be called anything pydantic reserves on a model
+    # (model_config, model_dump, _private, ...).
     fields: dict[str, Any] = {}
+    parameters: dict[str, str] = {}  # field -> parameter
     for param in inspect.signature(func).parameters.values():
         if param.name == context_parameter:
             continue
         annotation = hints.get(param.name, Any)
         _check_expressible(name, param.name, annotation)
-        fields[param.name] = (
+        field_name = f"p{len(fields)}"
+        fields[field_name] = (
             annotation,
-            _field_info(annotation, param, param_docs.get(param.name)),
+            _field_info(annotation, param, param_docs.get(param.name), alias=param.name),
         )
+        parameters[field_name] = param.name
     model = pydantic.create_model(
         f"{name or 'function'}_arguments",
         __config__=pydantic.ConfigDict(
@@ -195,7 +202,7 @@ def _signature_binder(
             validated = model.model_validate(dict(arguments))
         except pydantic.ValidationError as exc:
             raise ArgumentsError(_describe_validation_error(exc)) from None
-        return (), {name: getattr(validated, name) for name in fields}
+        return (), {parameter: getattr(validated, field) for field, parameter in parameters.items()}
 
     return _clean_schema(model.model_json_schema()), bind
 
@@ -278,7 +285,9 @@ def _context_parameter(name: str, hints: Mapping[str, Any], func: Callable[..., 
     return found[0] if found else None
 
 
-def _field_info(annotation: Any, param: inspect.Parameter, doc: str | None) -> FieldInfo:
+def _field_info(
+    annotation: Any, param: inspect.Parameter, doc: str | None, *, alias: str
+) -> FieldInfo:
     """Precedence: ``Field(description=)`` > a string in ``Annotated`` > the docstring."""
     description = doc
     if get_origin(annotation) is Annotated:
@@ -290,9 +299,9 @@ def _field_info(annotation: Any, param: inspect.Parameter, doc: str | None) -> F
     default = param.default if param.default is not param.empty else ...
     # An explicit description=None would replace the one an Annotated Field carries.
     info: FieldInfo = (
-        pydantic.Field(default=default)
+        pydantic.Field(default=default, alias=alias)
         if description is None
-        else pydantic.Field(default=default, description=description)
+        else pydantic.Field(default=default, alias=alias, description=description)
     )
     return info
 
@@ -390,6 +399,12 @@ def describe_function(
         raise TypeError(f"Expected a callable, got {type(func).__name__}")
     doc = parse_docstring(inspect.getdoc(func))
     fn_name = name if name is not None else getattr(func, "__name__", "")
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        raise AdmissionError(
+            f"Function {fn_name!r} is a generator: a call gets one result, so return it "
+            "(a list, if there are several values) instead of yielding.",
+            tool=fn_name or None,
+        )
     _check_options(fn_name, timeout, max_concurrency, max_attempts)
     hints = _type_hints(func, fn_name)
     context_parameter = _context_parameter(fn_name, hints, func)
@@ -413,6 +428,7 @@ def describe_function(
             hints=hints,
             context_parameter=context_parameter,
         )
+    _check_json(fn_name, schema)
     text = description if description is not None else doc.description
     if not text:
         raise AdmissionError(
@@ -437,6 +453,36 @@ def describe_function(
     )
     check_tools([registered.declaration()], for_session=False)
     return registered
+
+
+def _check_json(name: str, schema: Mapping[str, Any]) -> None:
+    """Fail registration, naming the parameter, for a schema JSON cannot carry."""
+    try:
+        json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        properties = schema.get("properties")
+        where = next(
+            (
+                f"parameter {parameter!r}"
+                for parameter, part in (properties if isinstance(properties, dict) else {}).items()
+                if not _is_json(part)
+            ),
+            "its parameters",
+        )
+        raise AdmissionError(
+            f"Function {name!r}: the JSON Schema of {where} cannot be sent as JSON ({exc}); "
+            "a default of NaN or Infinity is the usual cause: use a finite default, or None.",
+            tool=name or None,
+            field="parameters",
+        ) from None
+
+
+def _is_json(value: object) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 class FunctionRegistry:
