@@ -364,6 +364,9 @@ class _SessionView:
     #: snapshot shows (the call may have been settled meanwhile).
     snapshots: int = 0
     refused: dict[CallKey, int] = field(default_factory=dict)
+    #: Turns the stream showed cancelled: their calls never start, even when a Session
+    #: read taken before the cancel still lists them.
+    cancelled_turns: set[str] = field(default_factory=set)
     #: Batches of results posted and not yet answered: one at a time, so results that
     #: are saved meanwhile go together in the next (8 parallel calls: a few POSTs, not 8).
     posting: int = 0
@@ -623,7 +626,7 @@ class RunnerCore:
             turn = getattr(event, "turn", None)
             status = getattr(turn, "status", None) or _terminal_status(event)
             if status == "cancelled":
-                self._cancel_turn(serve.session_id, event.turn_id)
+                self._cancel_turn(serve.session_id, event.turn_id, now)
             if serve.until in _TURN_MODES:
                 serve.ends_by_turn[event.turn_id] = status
             if event.turn_id == serve.target_turn:
@@ -636,12 +639,19 @@ class RunnerCore:
             if serve.until == "created" and serve.created_turn is None:
                 serve.created_turn = event.turn_id
 
-    def _cancel_turn(self, session_id: str, turn_id: str) -> None:
-        """The Turn was cancelled: its running functions are asked to stop."""
+    def _cancel_turn(self, session_id: str, turn_id: str, now: float) -> None:
+        """The Turn was cancelled: its running functions are asked to stop, and its
+        claims whose functions have not started are given back: they never run."""
+        view = self._view(session_id)
+        view.cancelled_turns.add(turn_id)
         for call in self._calls_of(session_id):
-            if call.phase is Phase.RUNNING and call.key.turn_id == turn_id and not call.cancelled:
+            if call.key.turn_id != turn_id:
+                continue
+            if call.phase is Phase.RUNNING and not call.cancelled:
                 call.cancelled = True
                 self._effects.append(CancelFunction(call.key))
+            elif call.phase is Phase.QUEUED:
+                self._give_back(call, now)
 
     def on_session_read(self, answer: SessionOutcome, now: float) -> None:
         view = self._view(answer.session_id)
@@ -776,6 +786,8 @@ class RunnerCore:
             return
         if all(serve.stopping for serve in self._serves_of(pending.key.session_id)):
             return  # stopping: leave new calls pending for the next serve
+        if pending.key.turn_id in self._view(pending.key.session_id).cancelled_turns:
+            return  # a read from before the cancel: the Turn takes no result
         function = self.registry.get(pending.name)
         call = Call(pending.key, pending.name, pending.arguments, function, Phase.LOOKING)
         self.calls[pending.key] = call
@@ -881,11 +893,11 @@ class RunnerCore:
             error = f"No function named {call.name!r} is served here."
             self._save(call, failure_event(call.key, error), self.owner, now)
             return
-        if not self._serves_of(call.key.session_id):
-            # Its serve ended while the claim was on its way: nobody will run it.
-            self._move(call, Phase.RELEASING)
-            call.lease_held = False
-            self._effects.append(Release(call.key, self.owner))
+        view = self._view(call.key.session_id)
+        if not self._serves_of(call.key.session_id) or call.key.turn_id in view.cancelled_turns:
+            # Its serve ended, or its Turn was cancelled, while the claim was on its
+            # way: nobody will run it.
+            self._give_back(call, now)
             return
         self._enter(call, Phase.QUEUED, now)
         if self._renew_at is None:
@@ -1069,6 +1081,16 @@ class RunnerCore:
             self._save(call, failure_event(call.key, error), self.owner, now)
 
     def on_function_done(self, outcome: FunctionOutcome, now: float) -> None:
+        call = self.calls.get(outcome.key)
+        if (
+            call is not None
+            and call.phase is Phase.RUNNING
+            and call.deadline is not None
+            and call.deadline <= now
+        ):
+            # Its time ran out before its outcome came in (the timekeeper had not
+            # looked yet): the timeout decides, and this outcome is kept as late.
+            self._time_out(now)
         if outcome.key in self._overrunning:
             self._running_by_name[self._overrunning.pop(outcome.key)] -= 1
             self._running -= 1
@@ -1107,11 +1129,15 @@ class RunnerCore:
             return
         for call in self._calls_of(session_id):
             if call.phase is Phase.QUEUED:
-                self._move(call, Phase.RELEASING)
-                call.lease_held = False
-                self._emit(call, Release(call.key, self.owner), now)
+                self._give_back(call, now)
             elif call.phase in _NOT_STARTED and call.retry is not None:
                 self._done(call, "abandoned_by_serve")
+
+    def _give_back(self, call: Call, now: float) -> None:
+        """Release a claim whose function never started."""
+        self._move(call, Phase.RELEASING)
+        call.lease_held = False
+        self._emit(call, Release(call.key, self.owner), now)
 
     # -- saving ------------------------------------------------------------------------------
 
