@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import os
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -123,11 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print("openagentcore: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader stopped reading (``| head``): exit quietly, as ``ls | head`` does.
+        # Python would report the pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as error:
         if args.debug:
             raise
         failure = error if isinstance(error, CommandError) else _explain(error)
-        print(f"{parser.prog}: {failure.message}", file=sys.stderr)
+        print(f"{parser.prog}: {_printable(failure.message)}", file=sys.stderr)
         return failure.code
     return code
 
@@ -185,6 +191,8 @@ def _explain(error: Exception) -> CommandError:
 
 
 def _explain_one(error: BaseException) -> CommandError:
+    from httpx import InvalidURL
+
     from . import (
         APIConnectionError,
         APIStatusError,
@@ -235,6 +243,10 @@ def _explain_one(error: BaseException) -> CommandError:
         )
     if isinstance(error, ImportError):
         return CommandError(EXIT_CONFIG, f"a needed package is missing: {error}")
+    if isinstance(error, InvalidURL):
+        return CommandError(
+            EXIT_CONFIG, f"OPENAGENTCORE_BASE_URL is not a usable URL ({error}); check it"
+        )
     if isinstance(error, OpenAgentCoreError):
         # Raised before anything was sent: no API key or base URL.
         return CommandError(EXIT_CONFIG, str(error))
@@ -352,7 +364,7 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
         description="List recorded calls, oldest first.",
     )
     _store_options(listing, required=True)
-    listing.add_argument("--session", help="only this Session's calls")
+    listing.add_argument("--session", type=_text, help="only this Session's calls")
     listing.add_argument(
         "--state",
         action="append",
@@ -389,7 +401,9 @@ def _add_calls(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     _store_options(resolve, required=True)
     resolve.add_argument("call_id")
-    resolve.add_argument("--session", help="the call's Session, if several use this call id")
+    resolve.add_argument(
+        "--session", type=_text, help="the call's Session, if several use this call id"
+    )
     outcome = resolve.add_mutually_exclusive_group(required=True)
     outcome.add_argument("--output", metavar="TEXT", help="the function succeeded with TEXT")
     outcome.add_argument("--failed", metavar="MESSAGE", help="the call failed with MESSAGE")
@@ -431,7 +445,7 @@ def _add_pending(subcommands: argparse._SubParsersAction[argparse.ArgumentParser
         "have a saved result. Reads the Session with OPENAGENTCORE_API_KEY and "
         "OPENAGENTCORE_BASE_URL.",
     )
-    pending.add_argument("session_id")
+    pending.add_argument("session_id", type=_session_id)
     _store_options(pending, required=False)
     _json_option(pending)
     pending.set_defaults(handler=_run_pending)
@@ -450,7 +464,7 @@ def _add_recover(subcommands: argparse._SubParsersAction[argparse.ArgumentParser
         ),
     )
     target = recover.add_mutually_exclusive_group(required=True)
-    target.add_argument("session_id", nargs="?", help="the Session to recover")
+    target.add_argument("session_id", nargs="?", type=_session_id, help="the Session to recover")
     target.add_argument(
         "--agent", metavar="AGENT_ID", help="recover every Session of this Agent, one by one"
     )
@@ -491,6 +505,7 @@ def _open_postgres(
 ) -> ResultStore:
     try:
         import psycopg
+        import psycopg.conninfo
 
         from .store import PostgresResultStore
     except ImportError:
@@ -500,6 +515,15 @@ def _open_postgres(
         ) from None
     schema = args.schema or "public"
     table = args.table or "openagentcore_calls"
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        # libpq quotes the URL, password included, in its parse errors: say nothing of it.
+        raise CommandError(
+            EXIT_STORE,
+            "the --store URL cannot be parsed as a PostgreSQL connection string; check its "
+            "host (an IPv6 address goes in [brackets]), port and %-escapes",
+        ) from None
     try:
         with psycopg.connect(dsn, connect_timeout=10) as connection:
             row = connection.execute(
@@ -521,14 +545,39 @@ def _open_postgres(
         parser.error(str(error))
 
 
+def _say(line: str) -> None:
+    """Print one line of text output (see :func:`_printable`)."""
+    print(_printable(line))
+
+
+def _printable(line: str) -> str:
+    """``line`` with its control characters (and lone surrogates) escaped. Ids and names
+    come from the server, the model or the store: none may move the cursor, retitle
+    the terminal or forge a line of the output."""
+    if line.isprintable():
+        return line
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in line)
+
+
 def _when(timestamp: float) -> str:
-    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
+    moment = _moment(timestamp)
+    return str(timestamp) if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _iso(timestamp: float) -> str:
-    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.timezone.utc)
+def _iso(timestamp: float) -> str | float:
+    moment = _moment(timestamp)
+    if moment is None:
+        return timestamp
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _moment(timestamp: float) -> datetime.datetime | None:
+    """``timestamp`` as a UTC time, or ``None`` outside what a date can show (a row
+    changed by hand): the raw number is shown instead."""
+    try:
+        return datetime.datetime.fromtimestamp(timestamp, tz=datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _record_json(record: CallRecord, *, in_doubt: bool) -> dict[str, object]:
@@ -585,7 +634,7 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     if args.json:
         _print_json([_record_json(r, in_doubt=r.key in doubted) for r in records])
         return EXIT_OK
-    print(f"{'UPDATED (UTC)':19}  {'STATE':9}  {'TRIES':>5}  {'FUNCTION':24}  SESSION / CALL")
+    _say(f"{'UPDATED (UTC)':19}  {'STATE':9}  {'TRIES':>5}  {'FUNCTION':24}  SESSION / CALL")
     for record in records:
         note = ""
         if record.state is CallState.STARTED and record.key in doubted:
@@ -597,12 +646,12 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         if record.late_outcome is not None:
             how = "succeeded" if record.late_outcome.get("success") is True else "failed"
             note += f"  (finished after its timeout: {how}; see calls show)"
-        print(
+        _say(
             f"{_when(record.updated_at):19}  {record.state.value:9}  {record.attempts:>5}  "
             f"{record.function_name[:24]:24}  {record.key.session_id} / {record.key.call_id}"
             f"{note}"
         )
-    print(f"{len(records)} call(s)")
+    _say(f"{len(records)} call(s)")
     return EXIT_OK
 
 
@@ -683,17 +732,17 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
             }
         )
     elif answering:
-        print(
+        _say(
             f"Call {key.call_id} answered ({how}): the server took the result; the record "
             "keeps the one it refused"
         )
     elif args.rerun:
-        print(
+        _say(
             f"Call {key.call_id} cleared to run again: the next runner serving Session "
             f"{key.session_id} runs it again (its record keeps the history)"
         )
     else:
-        print(
+        _say(
             f"Call {key.call_id} settled ({how}): the next serve or `openagentcore recover "
             f"{key.session_id}` submits the result"
         )
@@ -747,6 +796,36 @@ def _answer_refused(
         return current
 
 
+#: The longest id the CLI sends in a URL (the server's ids are far shorter).
+_MAX_ID_LENGTH = 1024
+
+
+def _text(text: str) -> str:
+    """Command-line text that can be sent or looked up: Python hands bytes that are not
+    UTF-8 over as lone surrogates, which nothing can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not valid UTF-8 (check the terminal's encoding)"
+        ) from None
+    return text
+
+
+def _session_id(text: str) -> str:
+    """A Session id the client can put in a URL, checked before anything is sent."""
+    from .resources._base import path
+
+    _text(text)
+    if len(text) > _MAX_ID_LENGTH:
+        raise argparse.ArgumentTypeError(f"an id of {len(text)} characters is too long")
+    try:
+        path("{id}", id=text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).replace("`id`", "the Session id")) from None
+    return text
+
+
 def _age(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
@@ -756,8 +835,8 @@ def _age(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"not an age: {text!r} (try 3600, 90m, 12h or 7d)"
         ) from None
-    if seconds < 0:
-        raise argparse.ArgumentTypeError("an age cannot be negative")
+    if not seconds >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"not an age: {text!r} (it must be 0 or more)")
     return seconds
 
 
@@ -780,7 +859,7 @@ def _run_calls_prune(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         removed = store.prune(older_than=args.older_than)
     finally:
         store.close()
-    print(f"Removed {removed} finished call(s)")
+    _say(f"Removed {removed} finished call(s)")
     return EXIT_OK
 
 
@@ -830,10 +909,10 @@ def _run_pending(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
             }
         )
         return EXIT_OK
-    print(f"Session {session.id}: {session.status}")
+    _say(f"Session {session.id}: {session.status}")
     for entry in actions:
         if "call_id" not in entry:
-            print(f"  {entry['type']} (not a function call)")
+            _say(f"  {entry['type']} (not a function call)")
             continue
         if store is None:
             saved = "store not given"
@@ -844,9 +923,9 @@ def _run_pending(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         else:
             saved = f"no saved result ({entry['state']})"
         where = f"turn {entry['turn_id']} call {entry['call_id']}"
-        print(f"  function_call {entry['name']} {where}: {saved}")
+        _say(f"  function_call {entry['name']} {where}: {saved}")
     if not actions:
-        print("  nothing pending")
+        _say("  nothing pending")
     return EXIT_OK
 
 
@@ -909,7 +988,7 @@ def _recover_agent(args: argparse.Namespace, client: Client, runner: FunctionRun
             reports.append({"session_id": session.id, "error": str(error)})
             if not args.json:
                 progress.clear()
-                print(f"Session {session.id}: {error}")
+                _say(f"Session {session.id}: {error}")
             continue
         attention = attention or _needs_a_person(report)
         reports.append(_report_json(report))
@@ -920,7 +999,7 @@ def _recover_agent(args: argparse.Namespace, client: Client, runner: FunctionRun
     if args.json:
         _print_json({"agent_id": args.agent, "sessions": reports})
     else:
-        print(f"Agent {args.agent}: {len(reports)} Session(s) recovered")
+        _say(f"Agent {args.agent}: {len(reports)} Session(s) recovered")
     return EXIT_ATTENTION if attention else EXIT_OK
 
 
@@ -947,23 +1026,23 @@ class _Progress:
 
 def _print_report(report: ServeReport) -> None:
     session_id = report.session_id
-    print(f"Session {session_id}: {report.results_resubmitted} saved result(s) resubmitted")
+    _say(f"Session {session_id}: {report.results_resubmitted} saved result(s) resubmitted")
     for key in report.in_doubt:
-        print(
+        _say(
             f"  in doubt: call {key.call_id} (turn {key.turn_id}); run your runner to resolve "
             f"it, or settle it by hand with `openagentcore calls resolve {key.call_id}`"
         )
     for key in report.left_pending:
-        print(f"  pending without a saved result: call {key.call_id} (turn {key.turn_id})")
+        _say(f"  pending without a saved result: call {key.call_id} (turn {key.turn_id})")
     for key in report.conflicts:
-        print(f"  conflict: the server holds a different result for call {key.call_id}")
+        _say(f"  conflict: the server holds a different result for call {key.call_id}")
     for key in report.rejected:
-        print(
+        _say(
             f"  refused: the server did not accept the saved result for call {key.call_id}; "
             f"answer it with `openagentcore calls resolve {key.call_id} --failed MESSAGE`"
         )
     if report.store_errors:
-        print(
+        _say(
             f"  the result store was unreachable {report.store_errors} time(s), so some calls "
             "may not have been looked at; run recover again once it is back"
         )

@@ -81,7 +81,7 @@ def test_a_row_with_bad_json_is_a_store_error_naming_the_file(tmp_path: Path) ->
         store.save_result(KEY, owner="me", result={"type": "x"})
         with sqlite3.connect(path) as raw:
             raw.execute("UPDATE openagentcore_calls SET result = '{not json'")
-        with pytest.raises(StoreCorruptError, match="a saved result cannot be read") as caught:
+        with pytest.raises(StoreCorruptError, match="cannot be read") as caught:
             store.get(KEY)
         with pytest.raises(StoreCorruptError):
             store.find(session_id="se_1")

@@ -25,11 +25,13 @@ from typing import Any, Literal
 
 from .._errors import (
     APIConnectionError,
+    APIError,
     APIStatusError,
     BadRequestError,
     ConflictError,
     NotFoundError,
     OpenAgentCoreError,
+    RedirectError,
 )
 from ..store import (
     CallKey,
@@ -663,8 +665,7 @@ class RunnerCore:
             # The server could not be read: try again after a poll interval.
             logger.warning("Could not read Session %s: %s", answer.session_id, answer.error)
             view.read_at = now + self.poll_interval
-            if isinstance(answer.error, APIConnectionError):
-                self._unreachable(view, answer.error, now)
+            self._server_failing(view, answer.error, now)
             return
         view.unreachable_since = None
         assert answer.session is not None
@@ -684,6 +685,32 @@ class RunnerCore:
         # the read may predate it (an idle Session read as in progress), and nothing
         # would come to correct it, so the streamed snapshot stands.
 
+    def _server_failing(self, view: _SessionView, error: Exception, now: float) -> None:
+        """A read or a POST of the Session failed. Serves that must end (all but
+        ``forever``) end with the error at once when retrying cannot help (the key or the
+        URL is refused, or the client could not even build the request), and after
+        ``unreachable_timeout`` seconds of failures otherwise."""
+        if isinstance(error, APIConnectionError):
+            self._unreachable(view, error, now)
+            return
+        hopeless = not isinstance(error, APIError) or (
+            isinstance(error, APIStatusError)
+            and error.status_code < 500
+            and error.status_code not in (408, 409, 425, 429)
+        )
+        if view.unreachable_since is None:
+            view.unreachable_since = now
+        if hopeless or (
+            self.unreachable_timeout is not None
+            and now - view.unreachable_since >= self.unreachable_timeout
+        ):
+            self._end_serves(view, error)
+
+    def _end_serves(self, view: _SessionView, error: Exception) -> None:
+        for serve in self._serves_of(view.session_id):
+            if serve.until != "forever" and serve.fatal is None:
+                serve.fatal = error
+
     def _unreachable(self, view: _SessionView, error: APIConnectionError, now: float) -> None:
         """Serves that must end (all but ``forever``) give up on a server that could not
         be reached for ``unreachable_timeout`` seconds, with an error naming its URL."""
@@ -697,14 +724,13 @@ class RunnerCore:
             if error.request is None
             else str(error.request.url.copy_with(username=None, password=None, query=None))
         )
-        for serve in self._serves_of(view.session_id):
-            if serve.until != "forever" and serve.fatal is None:
-                serve.fatal = APIConnectionError(
-                    request=error.request,
-                    message=f"Cannot reach {url} (tried for {down:.0f} s: {error}); check "
-                    "base_url or OPENAGENTCORE_BASE_URL and that the server is running",
-                )
-                serve.fatal.__cause__ = error
+        fatal = APIConnectionError(
+            request=error.request,
+            message=f"Cannot reach {url} (tried for {down:.0f} s: {error}); check "
+            "base_url or OPENAGENTCORE_BASE_URL and that the server is running",
+        )
+        fatal.__cause__ = error
+        self._end_serves(view, fatal)
 
     def _on_session(self, session_id: str, session: Session, now: float) -> None:
         """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
@@ -1204,6 +1230,8 @@ class RunnerCore:
         mine = [call for call in calls if call is not None and call.phase is Phase.POSTING]
         error = outcome.error
         if error is None:
+            if view is not None:
+                view.unreachable_since = None
             for call in mine:
                 self._notes.append(CallSettled(call.key, call.name, "submitted"))
                 self._move(call, Phase.POSTED)
@@ -1218,6 +1246,10 @@ class RunnerCore:
             self._session_gone(outcome.batch.session_id, error)
             return
         kind = classify_refusal(error)
+        if kind in ("retry_later", "no_access") and view is not None:
+            self._server_failing(view, error, now)
+        if kind == "no_access":
+            kind = "retry_later"  # the result stays saved, for when the key or URL is fixed
         if len(mine) > 1 and kind != "retry_later":
             # One bad result refuses the whole atomic batch: find it by sending each alone.
             for call in mine:
@@ -1582,6 +1614,10 @@ def classify_refusal(error: Exception) -> str:
         if _CANNOT_ACCEPT in message:
             return "abandoned"
         return "retry_later"  # e.g. earlier input still pending: it passes
+    if isinstance(error, RedirectError) or (
+        isinstance(error, APIStatusError) and error.status_code in (401, 403)
+    ):
+        return "no_access"  # about the key or the URL, not this result
     if isinstance(error, APIStatusError):
         if error.status_code >= 500 or error.status_code in (408, 425, 429):
             return "retry_later"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -18,6 +17,7 @@ from ._exceptions import (
     StoreSchemaError,
     StoreUnavailableError,
 )
+from ._rules import DamagedRowError
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
 if TYPE_CHECKING:
@@ -283,11 +283,10 @@ class PostgresResultStore(SQLResultStore):
         )
 
     def _damaged(self, exc: Exception) -> StoreCorruptError:
-        what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         return StoreCorruptError(
             f"the PostgreSQL result store {self._schema}.{self._table_name} holds a damaged "
-            f"row: a saved result cannot be read ({what}). Repair or delete that row by "
-            "hand; until then reads that meet it fail"
+            f"row: {exc}. Repair or delete that row by hand; until then reads that meet it "
+            "fail"
         )
 
     def _open_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
@@ -314,7 +313,7 @@ class PostgresResultStore(SQLResultStore):
             raise self._refused_value(exc) from None
         except self._unavailable_errors as exc:
             raise self._unavailable(exc) from exc
-        except json.JSONDecodeError as exc:
+        except DamagedRowError as exc:
             raise self._damaged(exc) from exc
 
     @contextmanager
@@ -327,7 +326,7 @@ class PostgresResultStore(SQLResultStore):
             raise self._refused_value(exc) from None
         except self._unavailable_errors as exc:
             raise self._unavailable(exc) from exc
-        except json.JSONDecodeError as exc:
+        except DamagedRowError as exc:
             raise self._damaged(exc) from exc
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "CLAIM_COLUMNS",
     "COLUMNS",
     "Row",
+    "DamagedRowError",
     "decode_result",
     "encode_late_outcome",
     "encode_result",
@@ -235,7 +236,21 @@ def record_to_row(
     )
 
 
+class DamagedRowError(ValueError):
+    """A stored row that cannot be read back as a record (changed by hand or by another
+    tool); the stores raise it as ``StoreCorruptError``."""
+
+
 def record_from_row(row: Sequence[Any]) -> CallRecord:
+    """The record a row holds; ``DamagedRowError`` for one that cannot be read."""
+    try:
+        return _record_from_row(row)
+    except (TypeError, ValueError, OverflowError) as exc:  # JSONDecodeError included
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise DamagedRowError(f"the row of call {row[2]!r} cannot be read ({reason})") from exc
+
+
+def _record_from_row(row: Sequence[Any]) -> CallRecord:
     lease = row[10]
     return CallRecord(
         key=CallKey(session_id=row[0], turn_id=row[1], call_id=row[2]),

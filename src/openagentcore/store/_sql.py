@@ -5,7 +5,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -274,7 +273,7 @@ class SQLResultStore(StoreBase):
         """Rows are decoded after their read transaction; a bad one names the store."""
         try:
             yield
-        except json.JSONDecodeError as exc:
+        except _rules.DamagedRowError as exc:
             raise self._damaged(exc) from exc
 
     def get(self, key: CallKey) -> CallRecord | None:

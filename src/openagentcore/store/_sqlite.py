@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import json
 import os
 import sqlite3
 import threading
@@ -21,6 +20,7 @@ from ._exceptions import (
     StoreSchemaError,
     StoreUnavailableError,
 )
+from ._rules import DamagedRowError
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
 __all__ = ["SQLiteResultStore"]
@@ -202,7 +202,7 @@ class SQLiteResultStore(SQLResultStore):
                         pending.result = pending.work(tx)
                     except sqlite3.Error:
                         raise  # the database failed: the whole batch fails
-                    except json.JSONDecodeError as exc:
+                    except DamagedRowError as exc:
                         tx.execute("ROLLBACK TO change")
                         pending.error = _corrupt(self._path, exc)
                     except Exception as exc:
@@ -257,7 +257,7 @@ class SQLiteResultStore(SQLResultStore):
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
                 raise _unavailable(self._path, exc) from exc
-            except (sqlite3.DatabaseError, json.JSONDecodeError) as exc:
+            except (sqlite3.DatabaseError, DamagedRowError) as exc:
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
                 raise _corrupt(self._path, exc) from exc
@@ -270,7 +270,7 @@ class SQLiteResultStore(SQLResultStore):
                 yield _SQLiteTransaction(connection)
             except sqlite3.OperationalError as exc:
                 raise _unavailable(self._path, exc) from exc
-            except (sqlite3.DatabaseError, json.JSONDecodeError) as exc:
+            except (sqlite3.DatabaseError, DamagedRowError) as exc:
                 raise _corrupt(self._path, exc) from exc
 
 
@@ -303,11 +303,7 @@ def _create_private(path: str) -> None:
 
 
 def _corrupt(path: str, exc: Exception) -> StoreCorruptError:
-    what = (
-        f"a saved result cannot be read ({exc.msg})"
-        if isinstance(exc, json.JSONDecodeError)
-        else str(exc)
-    )
+    what = str(exc)
     return StoreCorruptError(
         f"the SQLite result store at {path!r} is damaged: {what}. Move the file aside "
         "and start with a new one; the calls it recorded will not be deduplicated"
