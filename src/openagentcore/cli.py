@@ -468,6 +468,14 @@ def _add_recover(subcommands: argparse._SubParsersAction[argparse.ArgumentParser
     target.add_argument(
         "--agent", metavar="AGENT_ID", help="recover every Session of this Agent, one by one"
     )
+    recover.add_argument(
+        "--give-up-after",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="end with an error when the server stays unreachable, or keeps failing, this "
+        "long (default: 60)",
+    )
     _store_options(recover, required=True)
     _json_option(recover)
     recover.set_defaults(handler=_run_recover)
@@ -826,6 +834,16 @@ def _session_id(text: str) -> str:
     return text
 
 
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return seconds
+
+
 def _age(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
@@ -953,7 +971,15 @@ def _run_recover(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
     store = _open(args, parser)
     with _client() as client:
-        runner = FunctionRunner(client, store=store, max_concurrency=1)
+        # It runs no function: what is left when a pass ends is a resubmission the server
+        # refused or failed, which the next pass sends again; no need to wait for it.
+        runner = FunctionRunner(
+            client,
+            store=store,
+            max_concurrency=1,
+            shutdown_grace=1.0,
+            unreachable_timeout=args.give_up_after,
+        )
         try:
             if args.agent is not None:
                 return _recover_agent(args, client, runner)

@@ -241,8 +241,9 @@ def test_recover_ends_when_the_server_keeps_failing_the_resubmission(
 ) -> None:
     """A server that answers every resubmission with a 502 HTML page: the exit codes
     promise 5, "kept failing (5xx)", and the docs that ``recover`` gives up after
-    ``unreachable_timeout`` (60 s). The runner classifies the 502 as ``retry_later``
-    and posts again, later and later, for ever: ``recover`` never returns."""
+    ``unreachable_timeout`` (``--give-up-after``, 60 s by default; 3 here). The runner
+    classified the 502 as ``retry_later`` and posted again, later and later, for ever:
+    ``recover`` never returned."""
     _, session_id, action, store_path = setup
     key = save_result(store_path, session_id, action)
     page = Response(
@@ -250,7 +251,9 @@ def test_recover_ends_when_the_server_keeps_failing_the_resubmission(
     )
     proxy.rule = lambda method, path, body: page if is_result_post(method, path, body) else None
 
-    done = _cli_in_a_process(["recover", session_id, "--store", str(store_path)], 100.0)
+    done = _cli_in_a_process(
+        ["recover", session_id, "--store", str(store_path), "--give-up-after", "3"], 60.0
+    )
 
     assert done.returncode == 5, done.stderr
     with SQLiteResultStore(store_path) as store:
