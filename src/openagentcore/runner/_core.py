@@ -695,8 +695,8 @@ class RunnerCore:
             return
         hopeless = not isinstance(error, APIError) or (
             isinstance(error, APIStatusError)
-            and error.status_code < 500
-            and error.status_code not in (408, 409, 425, 429)
+            and not _worth_retrying(error.status_code)
+            and not isinstance(error, ConflictError)
         )
         if view.unreachable_since is None:
             view.unreachable_since = now
@@ -1619,10 +1619,13 @@ def classify_refusal(error: Exception) -> str:
     ):
         return "no_access"  # about the key or the URL, not this result
     if isinstance(error, APIStatusError):
-        if error.status_code >= 500 or error.status_code in (408, 425, 429):
-            return "retry_later"
-        return "rejected"
+        return "retry_later" if _worth_retrying(error.status_code) else "rejected"
     return "retry_later"
+
+
+def _worth_retrying(status: int) -> bool:
+    """A status that says "later", not "never": timeouts, too early, too many, 5xx."""
+    return status >= 500 or status in (408, 425, 429)
 
 
 def _message(error: Exception) -> str:
