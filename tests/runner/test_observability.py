@@ -21,7 +21,7 @@ from openagentcore.runner import (
     FunctionRunner,
     ServeTimeout,
 )
-from openagentcore.runner._pump import Outage
+from openagentcore.runner._pump import Reconnect
 from openagentcore.store import CallKey, MemoryResultStore
 
 from ._support import PAIRED, Flavour, Harness, RunnerKind, flavoured, one_turn
@@ -197,8 +197,8 @@ def test_serve_forever_keeps_trying_and_keeps_saying_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Every failed attempt warns, so the count does not depend on the machine's speed.
-    monkeypatch.setattr(Outage, "WARN_AFTER", 0.0)
-    monkeypatch.setattr(Outage, "WARN_EVERY", 0.0)
+    monkeypatch.setattr(Reconnect, "WARN_AFTER", 0.0)
+    monkeypatch.setattr(Reconnect, "WARN_EVERY", 0.0)
     caplog.set_level(logging.WARNING, logger="openagentcore.runner")
 
     # Well past unreachable_timeout: forever does not give up, only the serve's timeout

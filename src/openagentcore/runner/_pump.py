@@ -7,18 +7,16 @@ everything that decides lives in :class:`RunnerCore` and here, written once.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import httpx
-import tenacity
 
 from .._errors import APIConnectionError, APIStatusError, OpenAgentCoreError
 from ..types import SessionEvent
-from ._core import ActionHandler, InDoubtCall, InDoubtHandler, RunnerCore
+from ._core import ActionHandler, InDoubtCall, InDoubtHandler, RunnerCore, RunnerError
 from ._effects import (
     AskInDoubt,
     CancelFunction,
@@ -53,10 +51,11 @@ __all__ = [
     "Connected",
     "Dropped",
     "Message",
-    "Outage",
+    "Reconnect",
     "Received",
     "Round",
     "Stop",
+    "StoreAnswer",
     "StoreEffect",
     "StreamFailed",
     "Wake",
@@ -160,7 +159,7 @@ def feed(core: RunnerCore, message: Message, now: float) -> None:
         elif isinstance(message, Dropped):
             core.on_dropped(serve)
         elif isinstance(message.error, APIConnectionError):
-            # The server stayed unreachable past ``unreachable_timeout`` (see Outage):
+            # The server stayed unreachable past ``unreachable_timeout`` (see Reconnect):
             # the serve raises that, naming the URL, rather than a generic RunnerError.
             serve.fatal = message.error
         else:
@@ -277,54 +276,97 @@ def reconnectable(error: BaseException) -> bool:
     return isinstance(error, OpenAgentCoreError)
 
 
-class Outage:
-    """How long the server has been unreachable while a serve (re)opens its stream.
+class Reconnect:
+    """When a serve opens its stream again, and when it gives up: decided here, with
+    no I/O and on the runner's clock, so both drivers and the simulator share it.
 
-    A tenacity ``stop`` condition: it logs a WARNING naming the URL once the outage
-    lasts ``WARN_AFTER`` seconds and every ``WARN_EVERY`` seconds after, and stops a
-    serve that must end (``limit`` seconds) once no connection could be made that long.
-    A serve with ``until="forever"`` (``limit`` is ``None``) keeps trying.
+    An outage lasts from the first failure until a stream delivers an event. A server
+    that accepts the stream and ends it at once (a web page served for every path, a
+    proxy's error page with status 200) is therefore backed off like one that refuses
+    it, instead of being asked again at once. Each delay is at least half its cap, so
+    a failing server is asked at a bounded rate. A serve that must end (``limit``
+    seconds) gives up once the outage lasts that long, whatever the error; one with
+    ``until="forever"`` (``limit`` is ``None``) keeps trying. It logs a WARNING naming
+    the URL once the outage lasts ``WARN_AFTER`` seconds and every ``WARN_EVERY``
+    seconds after.
     """
 
     WARN_AFTER = 5.0
     WARN_EVERY = 30.0
+    FIRST_DELAY = 0.05
 
-    def __init__(self, base_url: httpx.URL, limit: float | None) -> None:
-        self.url = str(base_url.copy_with(username=None, password=None))
+    def __init__(
+        self,
+        base_url: httpx.URL,
+        limit: float | None,
+        max_delay: float,
+        clock: Callable[[], float],
+        jitter: Callable[[], float],
+    ) -> None:
+        self.url = str(base_url.copy_with(username=None, password=None, query=None))
         self.limit = limit
+        self.max_delay = max_delay
         self.since: float | None = None
+        self.failures = 0
+        self._clock = clock
+        self._jitter = jitter
         self._warned_at = float("-inf")
 
-    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
-        now = time.monotonic()
+    def delivered(self) -> None:
+        """The stream brought an event: the server works, the outage is over."""
+        self.since = None
+        self.failures = 0
+
+    def failed(self, error: Exception | None) -> float | None:
+        """A try failed (``error`` is ``None`` for a stream that ended before its first
+        event): the seconds to wait before the next, or ``None`` to give up."""
+        if error is not None and not reconnectable(error):
+            return None
+        now = self._clock()
         if self.since is None:
             self.since = now
+        self.failures += 1
         down = now - self.since
-        error = retry_state.outcome.exception() if retry_state.outcome is not None else None
         give_up = self.limit is not None and down >= self.limit
         if down >= self.WARN_AFTER and now - self._warned_at >= self.WARN_EVERY:
             self._warned_at = now
             logger.warning(
-                "Cannot reach the server at %s for %.0f s (%s); %s",
+                "%s %s for %.0f s (%s); %s",
+                "Cannot reach the server at"
+                if isinstance(error, APIConnectionError)
+                else "No event stream from the server at",
                 self.url,
                 down,
-                error,
+                error or "each stream ended before its first event",
                 "giving up" if give_up else "still trying",
             )
-        return give_up and isinstance(error, APIConnectionError)
+        if give_up:
+            return None
+        cap = min(self.max_delay, self.FIRST_DELAY * 2.0 ** min(self.failures, 30))
+        return cap / 2 + self._jitter() * cap / 2
 
-    def error(self, error: Exception) -> Exception:
-        """What the serve raises: a connection error that names the URL and says why."""
-        if not isinstance(error, APIConnectionError) or self.since is None:
+    def error(self, error: Exception | None) -> Exception:
+        """What the serve raises once it gives up: the error itself when retrying could
+        not help (the Session is gone, the key refused), otherwise one that names the
+        URL and how long the server failed."""
+        if error is not None and not reconnectable(error):
             return error
-        down = time.monotonic() - self.since
-        named = APIConnectionError(
-            request=error.request,
-            message=(
-                f"Cannot reach the server at {self.url} (tried for {down:.0f} s: {error}); "
-                "check base_url or OPENAGENTCORE_BASE_URL and that the server is running"
-            ),
-        )
+        down = 0.0 if self.since is None else self._clock() - self.since
+        if isinstance(error, APIConnectionError):
+            named: Exception = APIConnectionError(
+                request=error.request,
+                message=(
+                    f"Cannot reach the server at {self.url} (tried for {down:.0f} s: "
+                    f"{error}); check base_url or OPENAGENTCORE_BASE_URL and that the "
+                    "server is running"
+                ),
+            )
+        else:
+            named = RunnerError(
+                f"The server at {self.url} gave no event stream for {down:.0f} s ("
+                f"{error or 'each stream ended before its first event'}); check that "
+                "base_url points at the Agents API and that the server is healthy"
+            )
         named.__cause__ = error
         return named
 

@@ -16,12 +16,12 @@ import contextlib
 import functools
 import logging
 import queue
+import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-import tenacity
 from typing_extensions import Unpack
 
 from .._client import Client
@@ -399,61 +399,61 @@ class _Reader:
         self.runner._reader_ended(self._thread)
 
     def _run(self) -> None:
-        put, serve_id = self.runner._deliver, self.serve.id
+        put, serve_id, runner = self.runner._deliver, self.serve.id, self.runner
+        reconnect = pump.Reconnect(
+            runner.client.base_url,
+            self._limit(),
+            runner.reconnect_max_delay,
+            runner._now,
+            random.random,
+        )
         while not self._stop.is_set():
-            outage = pump.Outage(self.runner.client.base_url, self._limit())
+            failure: Exception | None = None
             try:
-                stream = self._open(outage)
+                stream = self._open()
             except Exception as exc:
-                put(pump.StreamFailed(serve_id, outage.error(exc)))
+                failure = exc
+            else:
+                if stream is None:
+                    return
+                put(pump.Connected(serve_id))
+                try:
+                    for event in stream:
+                        reconnect.delivered()
+                        if heeds(event):
+                            put(pump.Received(serve_id, event))
+                except Exception as exc:
+                    failure = exc
+                finally:
+                    stream.close()
+                if self._stop.is_set():
+                    return
+                logger.info(
+                    "Event stream of %s ended (%s); reconnecting", self.serve.session_id, failure
+                )
+                put(pump.Dropped(serve_id))
+            delay = reconnect.failed(failure)
+            if delay is None:
+                put(pump.StreamFailed(serve_id, reconnect.error(failure)))
                 return
-            if stream is None:
-                return
-            put(pump.Connected(serve_id))
-            error: BaseException | None = None
-            try:
-                for event in stream:
-                    if heeds(event):
-                        put(pump.Received(serve_id, event))
-            except Exception as exc:
-                error = exc
-            finally:
-                stream.close()
-            if self._stop.is_set():
-                return
-            logger.info("Event stream of %s ended (%s); reconnecting", self.serve.session_id, error)
-            put(pump.Dropped(serve_id))
-
-    def _sleep(self, seconds: float) -> None:
-        self._stop.wait(_bounded(seconds))
+            self._stop.wait(_bounded(delay))
 
     def _limit(self) -> float | None:
         """How long to try a server that cannot be reached: a serve that must end
         gives up, one that serves forever does not."""
         return None if self.serve.until == "forever" else self.runner.unreachable_timeout
 
-    def _open(self, outage: pump.Outage) -> EventStream | None:
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(pump.reconnectable),
-            stop=outage,
-            wait=tenacity.wait_random_exponential(
-                multiplier=0.05, max=self.runner.reconnect_max_delay
-            ),
-            sleep=self._sleep,
-            reraise=True,
-        )
-        for attempt in retrying:
-            with attempt:
-                if self._stop.is_set():
-                    return None
-                stream = self.runner.client.sessions.events.stream(self.serve.session_id)
-                with self._lock:
-                    if self._stop.is_set():  # the serve ended while the stream opened
-                        stream.close()
-                        return None
-                    self._stream = stream
-                return stream
-        return None  # pragma: no cover - tenacity always returns or raises
+    def _open(self) -> EventStream | None:
+        """The serve's stream, or ``None`` if the serve ended while it opened."""
+        if self._stop.is_set():
+            return None
+        stream = self.runner.client.sessions.events.stream(self.serve.session_id)
+        with self._lock:
+            if self._stop.is_set():  # the serve ended while the stream opened
+                stream.close()
+                return None
+            self._stream = stream
+        return stream
 
 
 async def _cancellable(
