@@ -1,48 +1,45 @@
-"""The runner under test: the real ``AsyncServing`` on the simulated clock.
+"""The runner under test: the product's own driver loop on the simulated clock.
 
-``serve``, ``run_turn``, ``recover`` and the requests effects make (``_post``,
-``_read``) are the library's own code, as is the effect routing (``carry``) and each
-round (``run_round``). What a driver provides is written here on the world's clock:
-the pump, where effects run, how a serve waits for its verdict and follows its stream,
-and a client whose requests reach the simulated server after a seeded latency.
+:class:`SimRunner` is :class:`~openagentcore.runner._driver.Driver`, the loop
+``AsyncFunctionRunner`` runs: its pump, stream readers, waits, serve deadlines and
+grace, reconnect and give-up policy, hook dispatch and effects are the library's code.
+What it is given here are only the edges: a :class:`SimRuntime` (the worker's clock,
+tasks stepped on virtual time, lanes of simulated threads that run the store, hooks
+and functions after seeded delays, with faults), the store's I/O (a fault may refuse
+or lose a store call), and a client whose requests reach the simulated server after
+a seeded latency.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-from collections.abc import AsyncIterator, Callable
+import math
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from openagentcore import APIConnectionError, APIError, APITimeoutError
 from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
-from openagentcore.runner._base import ServeTimeout
-from openagentcore.runner._core import Mode, Phase, Serve, heeds
+from openagentcore.runner._core import Phase, Serve
+from openagentcore.runner._driver import Driver
 from openagentcore.runner._effects import (
-    AskInDoubt,
-    CancelFunction,
     ClaimCall,
-    FunctionOutcome,
     Lookup,
     MarkInDoubt,
-    PostResults,
-    ReadSession,
-    ReportAction,
     RunFunction,
     StoreAnswer,
     StoreEffect,
     WriteMarks,
     perform_store,
 )
-from openagentcore.runner._execution import call_sync
-from openagentcore.runner._pump import Message, Received, Stop, ask_in_doubt, carry, run_round
+from openagentcore.runner._pump import Message
 from openagentcore.runner._registry import RegisteredFunction, describe_function
-from openagentcore.runner._serving_async import AsyncServing
+from openagentcore.runner._runtime import HOOK_THREADS, Lane
 from openagentcore.store import CallKey, CallState, StoreKeyError, StoreUnavailableError
 from openagentcore.store._records import owner_closed
-from openagentcore.types import Session, Turn
+from openagentcore.types import Session, SessionEvent, Turn
 
 from ._server import REQUEST, Server
 from ._tasks import SimFuture, Violation
@@ -50,10 +47,19 @@ from ._tasks import SimFuture, Violation
 if TYPE_CHECKING:
     from ._world import SimWorker
 
-__all__ = ["CHECKED_BY_THE_APPLICATION", "LEASE_SECONDS", "MAX_ATTEMPTS", "SimRunner"]
+__all__ = [
+    "CHECKED_BY_THE_APPLICATION",
+    "LEASE_SECONDS",
+    "MAX_ATTEMPTS",
+    "UNREACHABLE_TIMEOUT",
+    "SimRunner",
+    "SimStream",
+]
 
 LEASE_SECONDS = 1.0
 MAX_ATTEMPTS = 3
+#: How long a serve that must end keeps trying a server that fails every request.
+UNREACHABLE_TIMEOUT = 2.0
 T = TypeVar("T")
 
 
@@ -82,8 +88,174 @@ def _checking_hook(call: InDoubtCall) -> InDoubtDecision:
     return InDoubtDecision.result(CHECKED_BY_THE_APPLICATION)
 
 
-class SimRunner(AsyncServing):
-    """One worker's runner: built like the real ones, driven by the world's scheduler."""
+class _Lane:
+    """Simulated threads of one lane: work waits for a free one, as in a pool."""
+
+    def __init__(self, threads: int) -> None:
+        self.free = threads
+        self.queue: deque[tuple[Callable[[], Any], SimFuture[Any]]] = deque()
+
+
+class SimInbox:
+    """The pump's inbox on virtual time. What the pump drains is what it has seen."""
+
+    def __init__(self, runtime: SimRuntime) -> None:
+        self._runtime = runtime
+        self._items: list[Message] = []
+        self._waiter: SimFuture[None] | None = None
+
+    def put(self, message: Message) -> None:
+        if not self._runtime.worker.alive:
+            return
+        self._items.append(message)
+        if self._waiter is not None:
+            self._waiter.set_result(None)
+
+    put_threadsafe = put
+
+    async def drain(self, wait: float) -> list[Message]:
+        runtime = self._runtime
+        if not self._items:
+            self._waiter = waiter = SimFuture[None]()
+            if math.isfinite(wait):
+                # At least a microsecond: converting between this worker's clock and
+                # the world's can round a due time to just ahead of "now" for ever.
+                world = runtime.world
+                world.at(
+                    world.now + max(wait / runtime.worker.rate, 1e-6),
+                    lambda: waiter.set_result(None),
+                )
+            await waiter
+            self._waiter = None
+        items, self._items = self._items, []
+        runtime.runner.seen(items)
+        return items
+
+
+class SimRuntime:
+    """The edges of one worker's loop: its clock, its tasks and its threads."""
+
+    def __init__(self, worker: SimWorker, runner: SimRunner) -> None:
+        self.worker = worker
+        self.world = world = worker.world
+        self.runner = runner
+        rng = world.rng
+        #: Fewer store threads than a real runner has, so that a lane shared with
+        #: work that blocks would starve lease renewals within a history.
+        self.lanes = {
+            Lane.STORE: _Lane(rng.choice((1, 2, 4))),
+            Lane.HOOKS: _Lane(HOOK_THREADS),
+            Lane.FUNCTIONS: _Lane(runner.max_concurrency),
+        }
+
+    def now(self) -> float:
+        return self.worker.clock()
+
+    def jitter(self) -> float:
+        return self.world.rng.random()
+
+    def future(self) -> SimFuture[Any]:
+        return SimFuture()
+
+    def inbox(self) -> SimInbox:
+        return SimInbox(self)
+
+    def _crashes(self) -> bool:
+        """A worker may be killed before any effect starts."""
+        world = self.world
+        if self.worker.alive and world.chance(world.faults.crash):
+            self.worker.crash()
+        return not self.worker.alive
+
+    def spawn(self, coroutine: Coroutine[Any, Any, T]) -> SimFuture[Any]:
+        if self._crashes():
+            coroutine.close()
+            return SimFuture()
+        return self.worker.spawn(coroutine)
+
+    def offload(self, lane: Lane, work: Callable[[], T]) -> SimFuture[T]:
+        future: SimFuture[T] = SimFuture()
+        if self._crashes():
+            return future
+        if lane is Lane.FUNCTIONS:
+            self.runner.dispatching(work)
+        threads = self.lanes[lane]
+        threads.queue.append((work, future))
+        self._dispatch(lane)
+        return future
+
+    def _dispatch(self, lane: Lane) -> None:
+        threads = self.lanes[lane]
+        while threads.free and threads.queue:
+            threads.free -= 1
+            work, future = threads.queue.popleft()
+            self.world.later(0.0005, 0.01, functools.partial(self._execute, lane, work, future))
+
+    def _execute(self, lane: Lane, work: Callable[[], Any], future: SimFuture[Any]) -> None:
+        """Run ``work`` now; its thread stays busy until its answer is back."""
+        world, worker = self.world, self.worker
+        if not worker.alive:
+            return
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = work()
+        except Violation:
+            raise
+        except BaseException as exc:
+            error = exc
+        faults, rng = world.faults, world.rng
+        if lane is Lane.FUNCTIONS:
+            if error is None and world.chance(faults.function_exit):
+                error = SystemExit()  # the thread exits after the effect, with no result
+            busy = rng.uniform(0.001, 0.2)
+        elif lane is Lane.HOOKS:
+            busy = rng.uniform(1.0, 6.0) if world.chance(faults.slow_hook) else rng.uniform(0, 0.01)
+        elif world.chance(faults.slow_ack):
+            world.store_trouble(self.runner)
+            busy = rng.uniform(0.0005, 0.3)
+        else:
+            busy = rng.uniform(0.0005, 0.01)
+
+        def finish() -> None:
+            if not worker.alive:
+                return
+            self.lanes[lane].free += 1
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
+            self._dispatch(lane)
+
+        world.at(world.now + busy, finish)
+
+    async def first(self, future: Any, deadline: float | None) -> bool:
+        if deadline is None:
+            await _settled(future)
+            return True
+        either: SimFuture[bool] = SimFuture()
+        future.add_done_callback(lambda _: either.set_result(True))
+        self.worker.at_clock(deadline, lambda: either.set_result(False))
+        return await either
+
+    async def sleep(self, seconds: float) -> None:
+        woken: SimFuture[None] = SimFuture()
+        self.world.at(self.world.now + seconds / self.worker.rate, lambda: woken.set_result(None))
+        await woken
+
+    async def close(self, last: Callable[[], None]) -> None:
+        last()
+
+
+async def _settled(future: SimFuture[Any]) -> None:
+    """Until ``future`` is done, whatever its outcome."""
+    done: SimFuture[None] = SimFuture()
+    future.add_done_callback(lambda _: done.set_result(None))
+    await done
+
+
+class SimRunner(Driver):
+    """One worker's runner: the product's driver loop on the worker's runtime."""
 
     def __init__(self, worker: SimWorker) -> None:
         world = self.world = worker.world
@@ -97,153 +269,58 @@ class SimRunner(AsyncServing):
             on_in_doubt=rng.choice((None, None, _raising_hook, _checking_hook)),
             poll_interval=0.3,
             shutdown_grace=rng.choice((0.0, 0.5, 2.0)),
+            unreachable_timeout=UNREACHABLE_TIMEOUT,
         )
         owner_closed(self._core.owner)  # a real owner id names this process:
         self._core.owner = f"sim-{worker.generation}"  # the store judges by lease alone
         for function in _FUNCTIONS:
             counting = self._counting(function)
             self._registry.add(dataclasses.replace(function, func=counting, timeout=world.timeout))
-        if world.mutate is not None:
-            world.mutate(self._core)
         self.client = SimClient(self)  # type: ignore[assignment]
-        self._inbox: list[Message] = []
-        self._pump_at: float | None = None
-        self._verdicts: dict[int, SimFuture[None]] = {}
-        #: Resolved after every round of the pump (for ``_wait``'s grace).
-        self._round: SimFuture[None] = SimFuture()
+        self._rt = SimRuntime(worker, self)
+        self._start_driver()
         #: The attempts whose function this worker started.
         self._started: set[tuple[CallKey, int]] = set()
+        #: For each call whose function the loop handed to a thread, the newest server
+        #: state of its Session the pump had seen then.
+        self.known_at_dispatch: dict[CallKey, float] = {}
+        if world.mutate is not None:
+            world.mutate(self)
 
     def _counting(self, function: RegisteredFunction) -> Callable[[str], str]:
-        name, runs = function.name, self.world.runs
+        name, world = function.name, self.world
 
         def effect(order: str) -> str:
             call = current_call()
-            runs[CallKey(call.session_id, call.turn_id, call.call_id)] += 1
+            key = CallKey(call.session_id, call.turn_id, call.call_id)
+            self._started.add((key, call.attempt))
+            world.function_started(self, key, call.attempt)
+            world.runs[key] += 1
             return f"{name}d {order}"
 
         return effect
 
-    # -- the primitives AsyncServing calls ----------------------------------------------
+    # -- what the loop shows the simulator ------------------------------------------------
 
-    def _now(self) -> float:
-        """This worker's clock, which may run fast or slow (skew between workers)."""
-        return self.worker.clock()
-
-    def _attach(self, session_id: str, until: Mode) -> Serve:
-        serve = self._core.attach(session_id, until, self.worker.clock())
-        self._verdicts[serve.id] = SimFuture()
-        self._wake()
-        return serve
+    def dispatching(self, work: Callable[[], Any]) -> None:
+        """The loop hands a function to a thread: remember what it knew then."""
+        assert isinstance(work, functools.partial), "functions run as call_sync partials"
+        effect = work.args[0]
+        assert isinstance(effect, RunFunction)
+        server = self.world.server
+        self.known_at_dispatch[effect.key] = server.knows_since(self, effect.key.session_id)
 
     def _detach(self, serve: Serve) -> None:
-        self._core.detach(serve, self.worker.clock())
-        self._verdicts.pop(serve.id, None)
+        """The library's own, observed: the world reads every serve's report."""
+        super()._detach(serve)
         if self.worker.alive:
             self.world.reports.append(serve.report)
-            self._wake()
 
-    @contextlib.asynccontextmanager
-    async def _reader(self, serve: Serve) -> AsyncIterator[None]:
-        server = self.world.server
-        subscriber = server.subscribe(self, serve.session_id, serve.id)
-        try:
-            yield
-        finally:
-            server.unsubscribe(serve.session_id, subscriber)
+    def seen(self, messages: list[Message]) -> None:
+        """The pump drained ``messages``: what they show of the server is known now."""
+        self.world.server.seen_by(self, messages)
 
-    async def _wait(self, serve: Serve, deadline: float | None, *, interruptible: bool) -> None:
-        if await self._first(self._verdicts[serve.id], deadline):
-            return
-        # Out of time, as the real drivers do: give back claims nobody will run, let
-        # running calls finish and post within the grace, then report.
-        self._core.detach(serve, self.worker.clock())
-        self._wake()
-        grace_end = self.worker.clock() + self.shutdown_grace
-        while self._core.busy(serve.session_id) and self.worker.clock() < grace_end:
-            await self._first(self._round, grace_end)
-        raise ServeTimeout(f"Session {serve.session_id} was not settled in time", serve.report)
-
-    async def _first(self, future: SimFuture[None], deadline: float | None) -> bool:
-        """Wait for ``future`` (raising its error) or for ``deadline`` (this worker's
-        clock), whichever comes first; whether the future did."""
-        if deadline is None:
-            await future
-            return True
-        either: SimFuture[bool] = SimFuture()
-        future.add_done_callback(lambda _: either.set_result(True))
-        self.worker.at_clock(deadline, lambda: either.set_result(False))
-        if not await either:
-            return False
-        future.result()
-        return True
-
-    def _change_serve(self, serve: Serve, change: Callable[[], T]) -> T:
-        result = change()
-        self._verdicts[serve.id] = SimFuture()
-        self._wake()
-        return result
-
-    def _send_stop(self, force: bool) -> None:
-        self.deliver_at(self.world.now, Stop(self._core.last_serve_id, force))
-
-    def _stop_from_signal(self) -> None:
-        self.stop()
-
-    # -- the pump -----------------------------------------------------------------------
-
-    def deliver_at(self, when: float, message: Message) -> None:
-        if isinstance(message, Received) and not heeds(message.event):
-            return  # as the drivers' readers do
-
-        def arrive() -> None:
-            if self.worker.alive:
-                self._inbox.append(message)
-                self._schedule_pump(0.0)
-
-        self.world.at(when, arrive)
-
-    def _wake(self) -> None:
-        self._schedule_pump(0.0)
-
-    def _schedule_pump(self, delay: float) -> None:
-        when = self.world.now + delay
-        if not self.worker.alive or (self._pump_at is not None and self._pump_at <= when):
-            return
-        self._pump_at = when
-        self.world.at(when, self._pump)
-
-    def _pump(self) -> None:
-        worker, world, core = self.worker, self.world, self._core
-        if not worker.alive or self._pump_at is None or self._pump_at > world.now:
-            return
-        self._pump_at = None
-        now = worker.clock()
-        messages, self._inbox = self._inbox, []
-        decided = run_round(core, self._observer, messages, now)
-        self._check_bookkeeping()
-        for serve_id, error in decided.verdicts.items():
-            future = self._verdicts.get(serve_id)
-            if future is None or future.done:
-                continue
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-        spent, self._round = self._round, SimFuture()
-        spent.set_result(None)
-        for effect in decided.effects:
-            if world.chance(world.faults.crash):
-                worker.crash()
-                return
-            for store_call in carry(self, [effect]):
-                world.later(0.0005, 0.01, functools.partial(self._store, store_call))
-        if core.serves or core.busy():
-            # At least a microsecond: converting between this worker's clock and the
-            # world's can round a due time to just ahead of "now" for ever.
-            self._schedule_pump(max(core.next_wakeup(now) / worker.rate, 1e-6))
-
-    def _check_bookkeeping(self) -> None:
+    def _after_round(self) -> None:
         """``busy`` is kept incrementally; it must agree with a scan of every call."""
         scanned = {
             call.key.session_id
@@ -256,40 +333,9 @@ class SimRunner(AsyncServing):
                     f"seed {self.world.seed}: busy({session_id}) disagrees with a scan of its calls"
                 )
 
-    # -- carrying out effects (a Carrier, as the real drivers are) ------------------------
+    # -- the store's I/O, with faults ------------------------------------------------------
 
-    def _run_function(self, effect: RunFunction) -> None:
-        self._started.add((effect.key, effect.attempt))
-        self.world.later(0.0, 0.005, lambda: self._run(effect))
-
-    def _cancel_function(self, effect: CancelFunction) -> None:
-        return  # the simulated functions finish at once
-
-    def _ask_in_doubt(self, effect: AskInDoubt) -> None:
-        assert self._on_in_doubt is not None
-        answer = ask_in_doubt(self._on_in_doubt, effect)
-        self.deliver_at(self.world.now + self.world.rng.uniform(0.0, 0.01), answer)
-
-    def _report_action(self, effect: ReportAction) -> None:
-        return  # the simulated Sessions require no other actions
-
-    def _post_results(self, effect: PostResults) -> None:
-        self._spawn(self._post(effect))
-
-    def _read_session(self, effect: ReadSession) -> None:
-        self._spawn(self._read(effect))
-
-    def _spawn(self, request: Any) -> None:
-        """A request of the pump's (``_post``, ``_read``): its outcome is a message."""
-
-        def done(message: Message | None, error: Exception | None) -> None:
-            if error is not None or message is None:
-                raise Violation(f"seed {self.world.seed}: a request lost its answer: {error!r}")
-            self.deliver_at(self.world.now, message)
-
-        self.worker.spawn(request, done)
-
-    def _store(self, effect: StoreEffect) -> None:
+    def _perform_store(self, effect: StoreEffect) -> StoreAnswer:
         world = self.world
         if isinstance(effect, MarkInDoubt):
             self._check_own_doubt(effect)
@@ -297,15 +343,15 @@ class SimRunner(AsyncServing):
         if isinstance(effect, (ClaimCall, Lookup)):
             keys = [effect.key]
         if any(key in world.unstorable for key in keys):
-            answer = StoreAnswer(effect, error=StoreKeyError("ids the store cannot hold"))
-        elif world.chance(world.faults.store_down):
-            answer = StoreAnswer(effect, error=StoreUnavailableError("simulated outage"))
-        else:
-            answer = perform_store(effect, world.store)
-            if answer.error is None and world.chance(world.faults.commit_then_error):
-                answer = StoreAnswer(effect, error=StoreUnavailableError("commit, then lost"))
-        slow = world.chance(world.faults.slow_ack)
-        self.deliver_at(world.now + world.rng.uniform(0.0005, 0.3 if slow else 0.01), answer)
+            return StoreAnswer(effect, error=StoreKeyError("ids the store cannot hold"))
+        if world.chance(world.faults.store_down):
+            world.store_trouble(self)
+            return StoreAnswer(effect, error=StoreUnavailableError("simulated outage"))
+        answer = perform_store(effect, world.store)
+        if answer.error is None and world.chance(world.faults.commit_then_error):
+            world.store_trouble(self)
+            return StoreAnswer(effect, error=StoreUnavailableError("commit, then lost"))
+        return answer
 
     def _check_own_doubt(self, effect: MarkInDoubt) -> None:
         """A worker puts its own claim in doubt only if it started that attempt's
@@ -322,15 +368,6 @@ class SimRunner(AsyncServing):
                 f"{effect.key.call_id} (attempt {record.attempts}) in doubt, although it "
                 "never started that attempt's function"
             )
-
-    def _run(self, effect: RunFunction) -> None:
-        if not self.worker.alive:
-            return  # killed before the function started: no effect
-        world = self.world
-        outcome = call_sync(effect, self._hooks, effect.context())
-        if world.chance(world.faults.function_exit):
-            outcome = FunctionOutcome(effect.key, None)  # SystemExit after the effect
-        self.deliver_at(world.now + world.rng.uniform(0.001, 0.2), outcome)
 
     # -- requests to the simulated server -------------------------------------------------
 
@@ -350,6 +387,7 @@ class SimRunner(AsyncServing):
             value: Any = None
             error: APIError | None = None
             try:
+                world.server.requested(self)
                 if not write and world.chance(faults.read_error):
                     raise APIConnectionError(request=REQUEST)
                 value = handle(world.server)
@@ -371,6 +409,54 @@ class SimRunner(AsyncServing):
         return await answer
 
 
+class SimStream:
+    """One live event stream, as ``client.sessions.events.stream`` returns it: events
+    arrive in order after a latency; a drop ends it with a connection error."""
+
+    def __init__(self, runner: SimRunner, session_id: str) -> None:
+        self.runner = runner
+        self.session_id = session_id
+        self.open = True
+        #: Events of one stream arrive in the order they were sent.
+        self.last_arrival = 0.0
+        self._events: deque[SessionEvent] = deque()
+        self._ended: BaseException | None = None
+        self._waiter: SimFuture[None] | None = None
+
+    def push(self, event: SessionEvent) -> None:
+        if self._ended is None:
+            self._events.append(event)
+            self._wake()
+
+    def end(self, error: BaseException) -> None:
+        if self._ended is None:
+            self._ended = error
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            self._waiter.set_result(None)
+
+    def __aiter__(self) -> SimStream:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        while not self._events and self._ended is None:
+            self._waiter = SimFuture()
+            await self._waiter
+            self._waiter = None
+        if self._events:
+            return self._events.popleft()
+        if isinstance(self._ended, StopAsyncIteration):
+            raise StopAsyncIteration
+        assert self._ended is not None
+        raise self._ended
+
+    async def close(self) -> None:
+        self.open = False
+        self.runner.world.server.unsubscribe(self)
+
+
 @dataclass
 class _Page:
     data: list[Turn]
@@ -378,6 +464,8 @@ class _Page:
 
 class SimClient:
     """What the serving code uses of ``AsyncClient``, answered by the simulated server."""
+
+    base_url = REQUEST.url.copy_with(path="/v1/")
 
     def __init__(self, runner: SimRunner) -> None:
         self.sessions = _Sessions(runner)
@@ -410,6 +498,10 @@ class _Events:
         await self._runner.request(
             lambda server: server.accept(session_id, batch, idempotency_key), timeout, write=True
         )
+
+    async def stream(self, session_id: str) -> SimStream:
+        stream = SimStream(self._runner, session_id)
+        return await self._runner.request(lambda server: server.subscribe(stream), None)
 
 
 class _Turns:

@@ -17,8 +17,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from openagentcore import APIStatusError, BadRequestError, ConflictError, InternalServerError
-from openagentcore.runner._pump import Connected, Dropped, Message, Received
+from openagentcore import (
+    APIConnectionError,
+    APIError,
+    APIResponseValidationError,
+    APIStatusError,
+    BadRequestError,
+    ConflictError,
+    InternalServerError,
+)
+from openagentcore.runner._effects import SessionOutcome
+from openagentcore.runner._pump import Message, Received
 from openagentcore.store import CallKey
 from openagentcore.types import (
     FunctionCallAction,
@@ -54,7 +63,7 @@ def _partial(model: type[M], **fields: Any) -> M:
 if TYPE_CHECKING:
     from openagentcore.runner import TurnResult
 
-    from ._runner import SimRunner
+    from ._runner import SimRunner, SimStream
     from ._world import World
 
 __all__ = ["REQUEST", "Server", "ServerCall", "ServerSession", "ServerTurn", "status_error"]
@@ -95,22 +104,12 @@ class ServerTurn:
     step: int = -1
     status: str = "queued"
     pending: dict[str, ServerCall] = field(default_factory=dict)
+    #: When the Turn was cancelled, if it was.
+    cancelled_at: float | None = None
 
     @property
     def ended(self) -> bool:
         return self.status in ENDED
-
-
-@dataclass(eq=False)
-class Subscriber:
-    """One serve's live stream of a Session."""
-
-    runner: SimRunner
-    serve_id: int
-    connected: bool = False
-    open: bool = True
-    #: Messages of one stream arrive in the order they were sent.
-    last_arrival: float = 0.0
 
 
 @dataclass(eq=False)
@@ -121,7 +120,7 @@ class ServerSession:
     announced: list[ServerCall] = field(default_factory=list)
     idempotency: dict[str, str] = field(default_factory=dict)
     items: list[Any] = field(default_factory=list)
-    subscribers: list[Subscriber] = field(default_factory=list)
+    streams: list[SimStream] = field(default_factory=list)
     #: The status the stream last announced.
     announced_status: str = "idle"
     #: The snapshot reads return, until the Session changes.
@@ -153,6 +152,13 @@ class Server:
     def __init__(self, world: World) -> None:
         self.world = world
         self.sessions: dict[str, ServerSession] = {}
+        #: When each Session snapshot and stream event was made (by id, with the object
+        #: kept so the id is not reused): the state of the server it shows.
+        self._made_at: dict[int, tuple[object, float]] = {}
+        #: For each runner and Session, the latest server state its pump has seen.
+        self.known: dict[tuple[int, str], float] = {}
+        #: Requests each worker sent while the server failed every one, by second.
+        self.failing_requests: dict[tuple[int, int], int] = {}
 
     # -- Turns ------------------------------------------------------------------------
 
@@ -245,6 +251,7 @@ class Server:
             return
         turn.pending.clear()
         turn.status = "cancelled"
+        turn.cancelled_at = self.world.now
         self._publish_end(session, turn)
         self._changed(session)
 
@@ -307,6 +314,7 @@ class Server:
         session = self.sessions[session_id]
         if session.snapshot is None:
             session.snapshot = self._snapshot(session)
+            self._made(session.snapshot)
         return session.snapshot
 
     def _snapshot(self, session: ServerSession) -> Session:
@@ -483,42 +491,85 @@ class Server:
 
     # -- the live stream ----------------------------------------------------------------
 
-    def subscribe(self, runner: SimRunner, session_id: str, serve_id: int) -> Subscriber:
-        """Open a stream; it carries what happens from the moment it is open."""
-        subscriber = Subscriber(runner, serve_id)
-        self.sessions[session_id].subscribers.append(subscriber)
-        self.world.later(0.001, 0.05, lambda: self._connect(subscriber))
-        return subscriber
+    def subscribe(self, stream: SimStream) -> SimStream:
+        """Open a stream; it carries what happens from the moment it is open. While the
+        server fails (an outage of kind ``html``), it opens and ends at once, as a web
+        page served with status 200 instead of the stream does."""
+        if self.world.failing() == "html":
+            stream.end(_not_a_stream())
+            return stream
+        self.sessions[stream.session_id].streams.append(stream)
+        return stream
 
-    def unsubscribe(self, session_id: str, subscriber: Subscriber) -> None:
-        subscriber.open = subscriber.connected = False
-        subscribers = self.sessions[session_id].subscribers
-        if subscriber in subscribers:
-            subscribers.remove(subscriber)
-
-    def _connect(self, subscriber: Subscriber) -> None:
-        if subscriber.open and subscriber.runner.worker.alive:
-            subscriber.connected = True
-            self._send(subscriber, Connected(subscriber.serve_id))
+    def unsubscribe(self, stream: SimStream) -> None:
+        streams = self.sessions[stream.session_id].streams
+        if stream in streams:
+            streams.remove(stream)
 
     def _publish(self, session: ServerSession, event: Any) -> None:
         world = self.world
-        for subscriber in list(session.subscribers):
-            if not subscriber.connected:
-                continue
+        self._made(event)
+        for stream in list(session.streams):
             copies = 2 if world.chance(world.faults.stream_dup) else 1
             for _ in range(copies):
-                self._send(subscriber, Received(subscriber.serve_id, event))
+                self._send(stream, functools.partial(stream.push, event))
             if world.chance(world.faults.stream_drop):
-                subscriber.connected = False
-                self._send(subscriber, Dropped(subscriber.serve_id))
-                world.later(0.05, 0.5, functools.partial(self._connect, subscriber))
+                self.drop(stream)
 
-    def _send(self, subscriber: Subscriber, message: Message) -> None:
+    def drop(self, stream: SimStream) -> None:
+        """The connection breaks: what the server sends from now on is lost."""
+        self.unsubscribe(stream)
+        self._send(stream, functools.partial(stream.end, APIConnectionError(request=REQUEST)))
+
+    def drop_every_stream(self) -> None:
+        for session in self.sessions.values():
+            for stream in list(session.streams):
+                self.drop(stream)
+
+    def _send(self, stream: SimStream, arrive: Any) -> None:
         world = self.world
-        arrival = max(world.now + world.rng.uniform(0.001, 0.02), subscriber.last_arrival)
-        subscriber.last_arrival = arrival
-        subscriber.runner.deliver_at(arrival, message)
+        arrival = max(world.now + world.rng.uniform(0.001, 0.02), stream.last_arrival)
+        stream.last_arrival = arrival
+        world.at(arrival, arrive)
+
+    # -- what the runners know ----------------------------------------------------------
+
+    def _made(self, thing: object) -> None:
+        self._made_at[id(thing)] = (thing, self.world.now)
+
+    def requested(self, runner: SimRunner) -> None:
+        """A request reached the server: while it fails every one, the request fails
+        too (and is counted, to bound how hard a runner presses a failing server)."""
+        kind = self.world.failing()
+        if kind is None:
+            return
+        second = (runner.worker.generation, int(self.world.now))
+        self.failing_requests[second] = self.failing_requests.get(second, 0) + 1
+        if kind == "html":
+            raise _not_json()
+        raise status_error(InternalServerError, 502, None, "Bad gateway")
+
+    def seen_by(self, runner: SimRunner, messages: list[Message]) -> None:
+        """``runner``'s pump took ``messages``: the newest server state each shows of
+        its Session is now known to it (a Turn's cancel, say)."""
+        for message in messages:
+            shown: object
+            session_id: str | None
+            if isinstance(message, SessionOutcome) and message.session is not None:
+                shown, session_id = message.session, message.session_id
+            elif isinstance(message, Received):
+                shown, session_id = message.event, _session_of(message.event)
+            else:
+                continue
+            made = self._made_at.get(id(shown))
+            if made is None or made[0] is not shown or session_id is None:
+                continue
+            key = (runner.worker.generation, session_id)
+            self.known[key] = max(self.known.get(key, float("-inf")), made[1])
+
+    def knows_since(self, runner: SimRunner, session_id: str) -> float:
+        """The newest server state of the Session ``runner`` has seen."""
+        return self.known.get((runner.worker.generation, session_id), float("-inf"))
 
     def blocked(self, session_id: str, rejected: list[CallKey]) -> bool:
         """Whether the running Turn waits on a call whose result the server refused:
@@ -563,3 +614,26 @@ def status_error(
     response = httpx.Response(status, request=REQUEST)
     body = {"error": {"type": code or "error", "code": code, "message": message, "param": None}}
     return kind(message, response=response, body=body)
+
+
+def _session_of(event: Any) -> str | None:
+    session_id = getattr(event, "session_id", None)
+    if session_id is None and getattr(event, "session", None) is not None:
+        session_id = event.session.id
+    return session_id
+
+
+def _not_a_stream() -> APIError:
+    return APIResponseValidationError(
+        "Expected an event stream, got text/html",
+        response=httpx.Response(200, request=REQUEST),
+        body=None,
+    )
+
+
+def _not_json() -> APIError:
+    return APIResponseValidationError(
+        "The response is not JSON (text/html)",
+        response=httpx.Response(200, request=REQUEST),
+        body=None,
+    )

@@ -12,13 +12,12 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
-from openagentcore.runner._core import RunnerCore
-
+from ._runner import SimRunner
 from ._world import Violation, run_seed
 
 __all__ = ["check_seed", "checked", "default_jobs"]
 
-Mutation = Callable[[RunnerCore], None]
+Mutation = Callable[[SimRunner], None]
 #: Seeds a worker takes at a time: enough to make sending them cheap, few enough that
 #: a search for the first failing seed stops soon after finding it.
 _CHUNK = 25

@@ -30,7 +30,7 @@ from typing import Any
 
 from openagentcore import APIError
 from openagentcore.runner import ServeReport, ServeTimeout
-from openagentcore.runner._core import RunnerCore, RunnerError
+from openagentcore.runner._core import RunnerError
 from openagentcore.runner._results import (
     ENDED_WITHOUT_RESULT,
     IN_DOUBT_ERROR,
@@ -47,7 +47,13 @@ from openagentcore.store import (
 from openagentcore.store._records import MANUAL_RERUN, answer_idempotency_key
 from openagentcore.store._rules import encode_result
 
-from ._runner import CHECKED_BY_THE_APPLICATION, LEASE_SECONDS, MAX_ATTEMPTS, SimRunner
+from ._runner import (
+    CHECKED_BY_THE_APPLICATION,
+    LEASE_SECONDS,
+    MAX_ATTEMPTS,
+    UNREACHABLE_TIMEOUT,
+    SimRunner,
+)
 from ._server import Server, ServerCall
 from ._tasks import SimFuture, Task, Violation
 
@@ -55,6 +61,18 @@ __all__ = ["Faults", "Violation", "World", "run_seed"]
 
 #: How long the final, fault-free worker has to settle everything.
 FINAL_TIMEOUT = 60.0
+#: When chaos ends: every worker is killed and a clean one settles what is left.
+CHAOS_ENDS = 8.0
+#: How long after a serve with no deadline meets a server that fails every request it
+#: must have returned: ``unreachable_timeout``, plus the longest reconnect delay (the
+#: runner's default ``reconnect_max_delay``) and a request's slowest round trip.
+GIVE_UP_WITHIN = UNREACHABLE_TIMEOUT + 2.0 + 1.0
+#: Requests one worker may send in a second to a server that fails every request.
+FAILING_SERVER_RATE = 60
+#: Where the store's clock starts.
+STORE_EPOCH = 1_700_000_000.0
+#: How often the world looks at the leases of live workers.
+LEASE_CHECK_EVERY = 0.05
 #: What the operator's results say: no function produces them.
 BY_HAND_OUTPUT = "settled by hand"
 BY_HAND_ERROR = "refused by hand"
@@ -94,6 +112,8 @@ class Faults:
     early_announce: float = 0.0
     #: Calls whose ids the store refuses for good (as PostgreSQL refuses a NUL).
     unstorable_id: float = 0.0
+    #: ``on_in_doubt`` hooks that block their thread for seconds.
+    slow_hook: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -117,13 +137,14 @@ class Faults:
             cancel_turn=p(0.1),
             early_announce=p(0.3),
             unstorable_id=p(0.2),
+            slow_hook=p(0.8),
         )
 
 
 class World:
     """Everything one seed runs: clock, scheduler, server, store, workers."""
 
-    def __init__(self, seed: int, *, mutate: Callable[[RunnerCore], None] | None = None) -> None:
+    def __init__(self, seed: int, *, mutate: Callable[[SimRunner], None] | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = Faults.draw(self.rng)
@@ -138,10 +159,22 @@ class World:
         self.decisions: dict[CallKey, Decision] = {}
         #: Runs a person allowed on top of the function's own limit.
         self.reruns_by_hand: Counter[CallKey] = Counter()
+        #: A window in which the server fails every request (502, or 200 with a web
+        #: page): its start, end and kind; drawn apart, as the operator is.
+        outage = random.Random(f"outage {seed}")
+        self.outage: tuple[float, float, str] | None = None
+        if outage.random() < 0.3:
+            start = outage.uniform(0.3, 2.0)
+            self.outage = (start, start + outage.uniform(5.5, 7.0), outage.choice(("5xx", "html")))
+        #: A promise broken where the runner would catch the Violation (inside a
+        #: function, which the runner reports as failed): raised by the scheduler.
+        self.broken: Violation | None = None
+        #: When each worker's store last failed or was slow (world time).
+        self.troubled_at: dict[int, float] = {}
         self.now = 0.0
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
-        self.store = MemoryResultStore(clock=lambda: 1_700_000_000.0 + self.now)
+        self.store = MemoryResultStore(clock=self.store_now)
         self.mutate = mutate
         self.server = Server(self)
         #: Calls the store refuses to record (their ids cannot be stored).
@@ -181,6 +214,8 @@ class World:
             if when > self.now:
                 self.now = when
             action()
+            if self.broken is not None:
+                raise self.broken
 
     # -- the whole history -------------------------------------------------------------------
 
@@ -195,7 +230,10 @@ class World:
             self.start_worker(drives=role)
         if self.operator_rate:
             self._operator_looks()
-        self.run_until(8.0)
+        if self.outage is not None:
+            self.at(self.outage[0], self.server.drop_every_stream)
+        self._check_leases()
+        self.run_until(CHAOS_ENDS)
         # Chaos ends: every worker dies, nothing fails any more, and one clean worker
         # settles everything that is left, as an operator's restart would, and
         # drives a few more Turns.
@@ -207,6 +245,115 @@ class World:
         self.run_until(self.now + FINAL_TIMEOUT + 10.0, stop=final.finished)
         if not final.finished():
             raise Violation(f"seed {self.seed}: the final worker did not finish")
+
+    # -- what the world watches while workers run ------------------------------------------
+
+    def failing(self) -> str | None:
+        """The kind of outage the server is in now, if it fails every request."""
+        if self.outage is None or not self.chaos:
+            return None
+        start, end, kind = self.outage
+        return kind if start <= self.now < end else None
+
+    def failed_between(self, begin: float, end: float) -> bool:
+        """Whether the server failed every request at some time in [begin, end]."""
+        if self.outage is None:
+            return False
+        start, stop, _ = self.outage
+        return begin <= stop and start <= end
+
+    def store_trouble(self, runner: SimRunner) -> None:
+        """``runner``'s store just failed or answered slowly: its leases may lapse."""
+        self.troubled_at[runner.worker.generation] = self.now
+
+    def store_now(self) -> float:
+        """The store's clock (the database's, for PostgreSQL), which judges leases."""
+        return STORE_EPOCH + self.now
+
+    def _check_leases(self) -> None:
+        """A lease held by a live worker whose store works never lapses: the loop renews
+        it in time, whatever else (hooks, functions) keeps its threads busy."""
+        if not self.chaos:
+            return
+        now = self.store_now()
+        for worker in self.workers:
+            if not worker.alive:
+                continue
+            core = worker.runner._core
+            troubled = self.troubled_at.get(worker.generation, float("-inf"))
+            for record in self.store.find(states=[CallState.STARTED]):
+                expires = record.lease_expires_at
+                call = core.calls.get(record.key)
+                if (
+                    record.owner == core.owner
+                    and expires is not None
+                    and expires < now
+                    and call is not None
+                    and call.lease_held
+                    and troubled < self.now - LEASE_SECONDS * 1.5
+                ):
+                    raise Violation(
+                        f"seed {self.seed}: {core.owner} holds {record.key.call_id}, its "
+                        f"store worked, yet its lease lapsed {now - expires:.2f} s ago"
+                    )
+        self.at(self.now + LEASE_CHECK_EVERY, self._check_leases)
+
+    def function_started(self, runner: SimRunner, key: CallKey, attempt: int) -> None:
+        """A function starts only under a claim the store holds for its worker, for that
+        attempt, on a lease the store's clock has not seen lapse; and never for a Turn
+        whose cancel had reached the worker's loop when it handed the call to a thread."""
+        record = self.store.get(key)
+        owner = runner._core.owner
+        if (
+            record is None
+            or record.state is not CallState.STARTED
+            or record.owner != owner
+            or record.attempts != attempt
+            or record.lease_expires_at is None
+            or record.lease_expires_at <= self.store_now()
+        ):
+            held = "no record"
+            if record is not None:
+                lease = record.lease_expires_at
+                left = "none" if lease is None else f"{lease - self.store_now():+.2f} s"
+                held = (
+                    f"{record.state.value}, owner {record.owner}, attempt {record.attempts}, "
+                    f"lease {left}"
+                )
+            self.broken = Violation(
+                f"seed {self.seed}: {owner} started {key.call_id} (attempt {attempt}) "
+                f"although the store holds: {held}"
+            )
+            return
+        turn = self.server.sessions[key.session_id].turn(key.turn_id)
+        assert turn is not None
+        known = runner.known_at_dispatch.get(key, float("-inf"))
+        if turn.cancelled_at is not None and turn.cancelled_at <= known:
+            self.broken = Violation(
+                f"seed {self.seed}: {owner} started {key.call_id} although the cancel of "
+                f"{turn.id} ({turn.cancelled_at:.3f}) had reached its loop ({known:.3f})"
+            )
+
+    def deadline_less_serve(self, worker: SimWorker, began: float) -> None:
+        """A serve with no deadline began: against a server that fails every request,
+        it must end by ``unreachable_timeout`` (plus a reconnect delay and a request)."""
+        if self.outage is None:
+            return
+        start, end, _ = self.outage
+        due = max(start, began) + GIVE_UP_WITHIN
+        if due > min(end, CHAOS_ENDS):
+            return
+        serving = worker.deadline_less
+        serving.add(began)
+
+        def look() -> None:
+            if worker.alive and began in serving:
+                raise Violation(
+                    f"seed {self.seed}: a serve with no deadline (begun at {began:.2f}) ran "
+                    f"on {GIVE_UP_WITHIN:g} s into an outage of the server"
+                )
+
+        self.at(due, look)
 
     def _operator_looks(self) -> None:
         """A person runs ``calls resolve`` now and then, while workers run: on a call in
@@ -287,6 +434,13 @@ class World:
 
     def check(self) -> None:
         """The runner's promises, over every crash and worker of this history."""
+        for (generation, second), count in self.server.failing_requests.items():
+            if count > FAILING_SERVER_RATE:
+                raise Violation(
+                    f"seed {self.seed}: worker {generation} sent {count} requests in second "
+                    f"{second} to a server failing every request (at most "
+                    f"{FAILING_SERVER_RATE})"
+                )
         reported: set[CallKey] = set()
         for report in self.reports:
             reported.update(report.rejected, report.conflicts, report.in_doubt, report.abandoned)
@@ -410,6 +564,8 @@ class SimWorker:
         self.tasks: list[Task] = []
         #: The application's loops (serving, driving Turns) still running.
         self.loops = 0
+        #: When each serve with no deadline that must end in an outage began.
+        self.deadline_less: set[float] = set()
 
     def clock(self) -> float:
         """This worker's monotonic clock: its own origin, and a rate a little off."""
@@ -422,15 +578,24 @@ class SimWorker:
     def spawn(
         self,
         coroutine: Coroutine[Any, Any, Any],
-        on_done: Callable[[Any, Exception | None], None],
-    ) -> None:
-        self.tasks = [task for task in self.tasks if not task.finished]
-        self.tasks.append(Task(self.world, self, coroutine, on_done))
+        on_done: Callable[[Any, BaseException | None], None] | None = None,
+    ) -> Task:
+        self.tasks = [task for task in self.tasks if not task.done()]
+        task = Task(self.world, self, coroutine)
+        self.tasks.append(task)
+        if on_done is not None:
+            task.add_done_callback(
+                lambda finished: on_done(
+                    None if finished.exception() else finished.result(),
+                    finished.exception(),
+                )
+            )
+        return task
 
     def spawn_loop(self, loop: Coroutine[Any, Any, None]) -> None:
         """One of the application's loops; it may end only by returning."""
 
-        def done(_: None, error: Exception | None) -> None:
+        def done(_: None, error: BaseException | None) -> None:
             self.loops -= 1
             if error is not None:
                 raise Violation(f"seed {self.world.seed}: a runner call raised {error!r}")
@@ -452,6 +617,8 @@ class SimWorker:
             self.world.crashes += 1
             self.world.reports.extend(serve.report for serve in self.runner._core.serves.values())
             for task in self.tasks:
+                task.end()
+            for task in self.tasks:
                 task.kill()
 
     # -- what the application does with its runner -----------------------------------------
@@ -468,15 +635,23 @@ class SimWorker:
     async def serve_until_idle(self, session_id: str) -> None:
         world, runner = self.world, self.runner
         while world.chaos:
-            timeout, began = world.rng.uniform(0.5, 4.0), world.now
+            timeout: float | None = world.rng.uniform(0.5, 4.0)
+            began, draw = world.now, world.rng.random()
             try:
-                if world.rng.random() < 0.2:
+                if draw < 0.2:
                     await runner.recover(session_id, timeout=timeout)
+                elif draw < 0.35:
+                    timeout = None
+                    world.deadline_less_serve(self, began)
+                    await runner.serve(session_id, until="idle")
                 else:
                     await runner.serve(session_id, until="idle", timeout=timeout)
-            except (RunnerError, ServeTimeout):
+            except (RunnerError, ServeTimeout, APIError):
                 pass
-            self._returned_in_time(began, timeout, f"serving {session_id}")
+            finally:
+                self.deadline_less.discard(began)
+            if timeout is not None:
+                self._returned_in_time(began, timeout, f"serving {session_id}")
             await self.sleep(0.05, 0.5)
 
     async def drive_turns(self, session_id: str) -> None:
@@ -487,7 +662,12 @@ class SimWorker:
             try:
                 result = await runner.run_turn(session_id, "Go on.", timeout=timeout)
             except (ServeTimeout, APIError):
-                pass  # RunnerError is not expected: every admitted input shows a Turn
+                pass
+            except RunnerError:
+                # Only a server that failed every request may end it so (every admitted
+                # input shows a Turn): its stream was given up on.
+                if not world.failed_between(began, world.now):
+                    raise
             else:
                 world.server.check_turn_result(result)
             self._returned_in_time(began, timeout, f"run_turn on {session_id}")
@@ -528,7 +708,7 @@ class SimWorker:
                 return  # a person must look at a result the server refused
 
 
-def run_seed(seed: int, *, mutate: Callable[[RunnerCore], None] | None = None) -> World:
+def run_seed(seed: int, *, mutate: Callable[[SimRunner], None] | None = None) -> World:
     """Run one seed's whole history and check it; raises :class:`Violation`."""
     world = World(seed, mutate=mutate)
     world.run()

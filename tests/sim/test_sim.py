@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
-from openagentcore.runner._core import Call, RunnerCore, Serve
+from openagentcore import APIConnectionError
+from openagentcore.runner._core import Call, Serve
+from openagentcore.runner._effects import AskInDoubt
+from openagentcore.runner._pump import Message, Reconnect, Wake, reconnectable
+from openagentcore.runner._pump import ask_in_doubt as ask_in_doubt_hook
+from openagentcore.runner._runtime import Inbox, Lane
 from openagentcore.store import CallKey, CallRecord
 
+from ._runner import SimRunner
 from ._soak import checked, default_jobs
 from ._world import World, run_seed
 
@@ -26,7 +34,7 @@ def _quiet() -> Iterator[None]:
     logging.disable(logging.NOTSET)
 
 
-def _first_violation(mutate: Callable[[RunnerCore], None] | None) -> int | None:
+def _first_violation(mutate: Callable[[SimRunner], None] | None) -> int | None:
     for seed, _, broke_a_promise in checked(range(CI_SEEDS), jobs=default_jobs(), mutate=mutate):
         if broke_a_promise:
             return seed
@@ -58,15 +66,17 @@ def _outcomes(world: World) -> list[object]:
     ]
 
 
-def _no_attempt_cap(core: RunnerCore) -> None:
+def _no_attempt_cap(runner: SimRunner) -> None:
     """Reverts defect 12's fix: idempotent calls in doubt are re-run without a cap."""
+    core = runner._core
     functions = core.registry._functions
     for name, function in list(functions.items()):
         functions[name] = dataclasses.replace(function, max_attempts=10**6)
 
 
-def _stale_claims_run_again(core: RunnerCore) -> None:
+def _stale_claims_run_again(runner: SimRunner) -> None:
     """Reverts the in-doubt rule: a stale claim is taken as this runner's to run."""
+    core = runner._core
     decide = core._decide_existing
 
     def decide_existing(call: Call, record: CallRecord, stale: bool, now: float) -> None:
@@ -78,9 +88,10 @@ def _stale_claims_run_again(core: RunnerCore) -> None:
     core._decide_existing = decide_existing  # type: ignore[method-assign]
 
 
-def _turn_ends_seen_early_are_forgotten(core: RunnerCore) -> None:
+def _turn_ends_seen_early_are_forgotten(runner: SimRunner) -> None:
     """Reverts the fix for a Turn that ends before ``run_turn`` learns its id (a fast
     model): the ends its serve saw until then are dropped when it learns the id."""
+    core = runner._core
     start_turn = core.start_turn
 
     def forgetful_start_turn(serve: Serve, turn_id: str, status: str, reconnects: int) -> None:
@@ -90,9 +101,10 @@ def _turn_ends_seen_early_are_forgotten(core: RunnerCore) -> None:
     core.start_turn = forgetful_start_turn  # type: ignore[method-assign]
 
 
-def _turn_named_by_the_stream_even_when_busy(core: RunnerCore) -> None:
+def _turn_named_by_the_stream_even_when_busy(runner: SimRunner) -> None:
     """Reverts the rule that the stream names ``run_turn``'s Turn only when the Session
     was idle: input that joins a running Turn then waits for a Turn never created."""
+    core = runner._core
 
     def expect_turn(serve: Serve, reconnects: int) -> bool:
         serve.reconnects_at_turn_start = reconnects
@@ -103,15 +115,17 @@ def _turn_named_by_the_stream_even_when_busy(core: RunnerCore) -> None:
     core.expect_turn = expect_turn  # type: ignore[method-assign]
 
 
-def _refused_results_waited_out(core: RunnerCore) -> None:
+def _refused_results_waited_out(runner: SimRunner) -> None:
     """Reverts run_turn's return of a Turn that waits on a refused result: it waits
     until its timeout instead, for an end only a person can bring."""
+    core = runner._core
     core._refused_in_turn = lambda serve: []  # type: ignore[method-assign]
 
 
-def _reruns_by_hand_ignored(core: RunnerCore) -> None:
+def _reruns_by_hand_ignored(runner: SimRunner) -> None:
     """Reverts the rule that a call cleared to run again by hand (``calls resolve
     --rerun``) runs again: it is treated as any call in doubt."""
+    core = runner._core
     decide = core._decide_existing
 
     def decide_existing(call: Call, record: CallRecord, stale: bool, now: float) -> None:
@@ -122,10 +136,11 @@ def _reruns_by_hand_ignored(core: RunnerCore) -> None:
     core._decide_existing = decide_existing  # type: ignore[method-assign]
 
 
-def _lost_take_over_answers_not_recognised(core: RunnerCore) -> None:
+def _lost_take_over_answers_not_recognised(runner: SimRunner) -> None:
     """Reverts the fix for a take-over whose answer was lost after it committed: its
     retry finds the record the first try wrote, and the runner takes that for a claim
     of its own nothing runs, and marks it in doubt."""
+    core = runner._core
     core._unconfirmed = _ClaimsOnly()
 
 
@@ -137,10 +152,85 @@ class _ClaimsOnly(dict[CallKey, int]):
             super().__setitem__(key, attempts)
 
 
+def _hooks_share_the_store_threads(runner: SimRunner) -> None:
+    """Reverts hooks on threads of their own: ``on_in_doubt`` runs on the store's
+    threads, so hooks that block delay lease renewals (and claims, and saves)."""
+    hook = runner._on_in_doubt
+    if hook is None:
+        return
+
+    def ask_in_doubt(effect: AskInDoubt) -> None:
+        runner._offload(Lane.STORE, functools.partial(ask_in_doubt_hook, hook, effect))
+
+    runner._ask_in_doubt = ask_in_doubt  # type: ignore[method-assign]
+
+
+def _wake_ups_make_no_round(runner: SimRunner) -> None:
+    """A wake-up is dropped: the pump makes no round for a serve that attached or
+    detached, or for a changed serve, until something else happens."""
+    make_inbox = runner._rt.inbox
+
+    def inbox() -> Inbox[Any]:
+        made = make_inbox()
+        put = made.put
+
+        def put_but_wake_ups(message: Message) -> None:
+            if not isinstance(message, Wake):
+                put(message)
+
+        made.put = put_but_wake_ups  # type: ignore[method-assign]
+        return made
+
+    runner._rt.inbox = inbox  # type: ignore[method-assign]
+
+
+class _GivesUpOnlyWhenUnreachable(Reconnect):
+    def failed(self, error: Exception | None) -> float | None:
+        delay = super().failed(error)
+        if delay is None and error is not None and not isinstance(error, APIConnectionError):
+            return self.max_delay if reconnectable(error) else None
+        return delay
+
+
+def _failing_servers_never_given_up(runner: SimRunner) -> None:
+    """Reverts the give-up on a server that answers (502, a web page) but fails: only a
+    server that cannot be reached at all ends a serve."""
+    make = runner._reconnect
+
+    def reconnect(serve: Serve) -> Reconnect:
+        made = make(serve)
+        made.__class__ = _GivesUpOnlyWhenUnreachable
+        return made
+
+    runner._reconnect = reconnect  # type: ignore[method-assign]
+
+
+class _NoBackoff(Reconnect):
+    def failed(self, error: Exception | None) -> float | None:
+        return None if super().failed(error) is None else 0.0
+
+
+def _streams_reopened_at_once(runner: SimRunner) -> None:
+    """Reverts the backoff on a stream that fails or ends before its first event: a
+    failing server is asked again at once, as fast as it answers."""
+    make = runner._reconnect
+
+    def reconnect(serve: Serve) -> Reconnect:
+        made = make(serve)
+        made.__class__ = _NoBackoff
+        return made
+
+    runner._reconnect = reconnect  # type: ignore[method-assign]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "mutation",
     [
+        _hooks_share_the_store_threads,
+        _wake_ups_make_no_round,
+        _failing_servers_never_given_up,
+        _streams_reopened_at_once,
         _lost_take_over_answers_not_recognised,
         _reruns_by_hand_ignored,
         _refused_results_waited_out,
@@ -151,7 +241,7 @@ class _ClaimsOnly(dict[CallKey, int]):
     ],
 )
 def test_the_simulator_finds_a_reverted_fix_within_the_ci_budget(
-    mutation: Callable[[RunnerCore], None],
+    mutation: Callable[[SimRunner], None],
 ) -> None:
     seed = _first_violation(mutation)
     assert seed is not None, f"{mutation.__name__} went unnoticed in {CI_SEEDS} seeds"

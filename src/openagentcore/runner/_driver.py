@@ -278,15 +278,21 @@ class Driver(AsyncServing, abc.ABC):
             with contextlib.suppress(BaseException):
                 await task
 
+    def _reconnect(self, serve: Serve) -> pump.Reconnect:
+        """The serve's reconnect and give-up policy: a serve that must end gives up on
+        a server that fails for ``unreachable_timeout``, one that serves forever not."""
+        limit = None if serve.until == "forever" else self.unreachable_timeout
+        rt = self._rt
+        return pump.Reconnect(
+            self.client.base_url, limit, self.reconnect_max_delay, rt.now, rt.jitter
+        )
+
     async def _follow(self, serve: Serve) -> None:
         """Follow one serve's live stream into the inbox, reconnecting with backoff
         (:class:`~._pump.Reconnect` decides when, and when to give up)."""
         assert self._inbox is not None
         put, rt = self._inbox.put, self._rt
-        limit = None if serve.until == "forever" else self.unreachable_timeout
-        reconnect = pump.Reconnect(
-            self.client.base_url, limit, self.reconnect_max_delay, rt.now, rt.jitter
-        )
+        reconnect = self._reconnect(serve)
         while True:
             failure: Exception | None = None
             try:
