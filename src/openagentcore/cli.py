@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import Client, FunctionRunner
     from .runner import ServeReport
-    from .store import CallKey, CallRecord, ResultStore
+    from .store import CallRecord, ResultStore
 
 __all__ = [
     "EXIT_API_ERROR",
@@ -722,7 +722,7 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
         answering = record.state is CallState.REJECTED
         try:
             if answering:
-                settled = _answer_refused(store, key, event, how)
+                settled = _answer_refused(store, record, event, how)
             else:
                 settled = store.settle_by_hand(key, event, settled_by=how)
         except InvalidTransitionError as error:
@@ -758,7 +758,7 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
 
 
 def _answer_refused(
-    store: ResultStore, key: CallKey, event: dict[str, Any] | None, how: str
+    store: ResultStore, record: CallRecord, event: dict[str, Any] | None, how: str
 ) -> CallRecord:
     """Answer, on the server, a call whose saved result the server refused; then settle
     its record. The store's result is never replaced: a worker that read it before the
@@ -769,6 +769,7 @@ def _answer_refused(
     from .store._records import answer_idempotency_key
     from .store._rules import encode_result
 
+    key = record.key
     if event is None:
         raise CommandError(
             EXIT_ATTENTION,
@@ -780,7 +781,7 @@ def _answer_refused(
             client.sessions.events.create(
                 key.session_id,
                 events=[event],
-                idempotency_key=answer_idempotency_key(key, encode_result(event)),
+                idempotency_key=answer_idempotency_key(record, encode_result(event)),
             )
         except APIStatusError as error:
             already = error.status_code == 409

@@ -4,14 +4,28 @@ than a third of its lease, and idempotency keys that no two calls share."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import sqlite3
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from openagentcore.store import CallKey, SQLiteResultStore, StoreUnavailableError
+from openagentcore._base_client import MAX_IDEMPOTENCY_KEY_BYTES
+from openagentcore.runner._effects import Batch
+from openagentcore.store import (
+    CallKey,
+    CallState,
+    SQLiteResultStore,
+    StoreUnavailableError,
+    idempotency_key_for,
+)
+from openagentcore.store._records import answer_idempotency_key
 
 KEY = CallKey(session_id="se_1", turn_id="tu_1", call_id="call_1")
 
@@ -119,3 +133,65 @@ def test_a_uri_that_does_not_let_sqlite_create_the_file_creates_nothing(tmp_path
     with pytest.raises(StoreUnavailableError, match="cannot open"):
         SQLiteResultStore(f"file:{tmp_path}/calls.db?mode=rw")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- idempotency keys --------------------------------------------------------------------
+
+ids = st.text(max_size=12)
+
+
+def test_ids_holding_the_old_separator_no_longer_share_a_key() -> None:
+    """The ids were joined with U+001F, so these two calls of one Session got one key:
+    the server would take the second call's result as a retry of the first's and drop
+    it, or refuse it as an idempotency conflict."""
+    first = CallKey("sess", "turn\x1fcall", "x")
+    second = CallKey("sess", "turn", "call\x1fx")
+
+    assert idempotency_key_for(first) != idempotency_key_for(second)
+
+
+@given(first=st.tuples(ids, ids, ids), second=st.tuples(ids, ids, ids))
+@example(first=("s", "t\x1fc", "x"), second=("s", "t", "c\x1fx"))
+@example(first=("s\x1ft", "c", "x"), second=("s", "t\x1fc", "x"))
+@example(first=("1:a", "b", "c"), second=("1", "a1:b", "c"))
+def test_distinct_calls_get_distinct_keys_the_server_accepts(
+    first: tuple[str, str, str], second: tuple[str, str, str]
+) -> None:
+    key = idempotency_key_for(CallKey(*first))
+
+    assert 1 <= len(key.encode("ascii")) <= MAX_IDEMPOTENCY_KEY_BYTES
+    assert key.isprintable()
+    assert (key == idempotency_key_for(CallKey(*second))) == (first == second)
+
+
+def _key_before_this_version(key: CallKey) -> str:
+    """How earlier versions derived a call's key: the ids joined with U+001F."""
+    joined = "\x1f".join((key.session_id, key.turn_id, key.call_id))
+    return "oac-" + hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def test_a_result_saved_before_the_upgrade_is_sent_again_under_its_stored_key(
+    tmp_path: Path,
+) -> None:
+    """The key is stored with the call when it is claimed: a result saved by an earlier
+    version is resubmitted (and answered by hand) under the key it was first sent with."""
+    path = tmp_path / "calls.db"
+    with SQLiteResultStore(path) as store:
+        store.claim(KEY, function_name="f", arguments_hash="h", owner="me", lease_seconds=30)
+        store.save_result(KEY, {"type": "x", "output": "1"}, owner="me")
+    legacy = _key_before_this_version(KEY)
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("UPDATE openagentcore_calls SET idempotency_key = ?", (legacy,))
+
+    with SQLiteResultStore(path) as store:
+        record = store.get(KEY)
+        assert record is not None
+        store.mark(KEY, CallState.REJECTED)
+        refused = store.get(KEY)
+        assert refused is not None
+
+    assert record.idempotency_key == legacy != idempotency_key_for(KEY)
+    assert Batch(KEY.session_id, (record,)).idempotency_key == legacy
+    answer = answer_idempotency_key(refused, '{"type": "x"}')
+    assert answer.startswith(legacy + "-m")
+    assert answer != answer_idempotency_key(refused, '{"type": "y"}')
