@@ -283,9 +283,11 @@ def _dsn_parts(dsn: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def cut_off(postgres_schema: tuple[str, str]) -> Iterator[tuple[FreezableProxy, str]]:
+def cut_off(
+    postgres_schema: tuple[str, str], fresh_table: str
+) -> Iterator[tuple[FreezableProxy, str]]:
     """A proxy to the test database that freezes on a COMMIT once armed, and a DSN that
-    connects through it (``application_name=oac_cut_off``)."""
+    connects through it (its ``application_name`` is the test's table)."""
     import psycopg.conninfo
 
     dsn, _ = postgres_schema
@@ -294,7 +296,7 @@ def cut_off(postgres_schema: tuple[str, str]) -> Iterator[tuple[FreezableProxy, 
         parts.get("host", "127.0.0.1"), int(parts.get("port", 5432)), freeze_on=COMMIT
     )
     through = psycopg.conninfo.make_conninfo(
-        dsn, host="127.0.0.1", port=proxy.port, application_name="oac_cut_off"
+        dsn, host="127.0.0.1", port=proxy.port, application_name=fresh_table
     )
     try:
         yield proxy, through
@@ -302,14 +304,15 @@ def cut_off(postgres_schema: tuple[str, str]) -> Iterator[tuple[FreezableProxy, 
         proxy.close()
 
 
-def _cut_off_backends(dsn: str, state: str) -> int:
+def _cut_off_backends(dsn: str, table: str) -> int:
+    """How many connections through the proxy sit idle in a transaction."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as connection:
         row = connection.execute(
             "SELECT count(*) FROM pg_stat_activity "
-            "WHERE application_name = 'oac_cut_off' AND state = %s",
-            (state,),
+            "WHERE application_name = %s AND state = 'idle in transaction'",
+            (table,),
         ).fetchone()
     assert row is not None
     return int(row[0])
@@ -357,13 +360,13 @@ def test_a_claim_cut_off_before_its_commit_does_not_hold_the_call(
             )
         )
         assert proxy.frozen.wait(30)
-        _eventually(lambda: _cut_off_backends(dsn, "idle in transaction") == 1, "the cut-off")
+        _eventually(lambda: _cut_off_backends(dsn, fresh_table) == 1, "the cut-off")
 
         claim = _eventually_claimed(other)
 
         assert claim.won
         assert claim.record.owner == "other"
-        assert _cut_off_backends(dsn, "idle in transaction") == 0
+        _eventually(lambda: _cut_off_backends(dsn, fresh_table) == 0, "the end of the cut-off")
         proxy.close()
         worker.join(timeout=30)
         lost.close()
@@ -395,7 +398,7 @@ def test_a_change_cut_off_before_its_commit_does_not_hold_the_calls_row(
         proxy.arm()
         worker = _in_background(lambda: lost.save_result(KEY, {"type": "x"}, owner="lost"))
         assert proxy.frozen.wait(30)
-        _eventually(lambda: _cut_off_backends(dsn, "idle in transaction") == 1, "the cut-off")
+        _eventually(lambda: _cut_off_backends(dsn, fresh_table) == 1, "the cut-off")
 
         taken = _eventually_taken_over(other)
 

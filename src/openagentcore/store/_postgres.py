@@ -219,8 +219,7 @@ class PostgresResultStore(SQLResultStore):
 
         def configure(connection: psycopg.Connection[tuple[Any, ...]]) -> None:
             connection.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
-            _set_session(connection, settings)
-            self._bound_idle_transactions(connection)
+            self._bound_idle_transactions(connection, also=settings)
 
         self._schema = schema
         self._table_name = table
@@ -315,14 +314,19 @@ class PostgresResultStore(SQLResultStore):
         with self._idle_lock:
             self._idle_in_transaction = min(self._idle_in_transaction, third)
 
-    def _bound_idle_transactions(self, connection: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """Set the current idle-in-transaction timeout on ``connection`` if it has an
-        older one: one round trip per connection each time the shortest lease drops."""
+    def _bound_idle_transactions(
+        self,
+        connection: psycopg.Connection[tuple[Any, ...]],
+        also: Mapping[str, str] | None = None,
+    ) -> None:
+        """Set the current idle-in-transaction timeout (and the settings ``also``) on
+        ``connection`` unless it has them: one round trip per connection each time the
+        shortest lease drops."""
         wanted = _milliseconds(self._idle_in_transaction)
         with self._idle_lock:
-            if self._idle_set_on.get(connection) == wanted:
+            if not also and self._idle_set_on.get(connection) == wanted:
                 return
-        _set_session(connection, {"idle_in_transaction_session_timeout": wanted})
+        _set_session(connection, {**(also or {}), "idle_in_transaction_session_timeout": wanted})
         with self._idle_lock:
             self._idle_set_on[connection] = wanted
 
