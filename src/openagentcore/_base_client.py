@@ -36,6 +36,7 @@ from ._errors import (
     APIError,
     APIResponseValidationError,
     APIStatusError,
+    NotFoundError,
     OpenAgentCoreError,
     ResponseTooLargeError,
     _transport_error,
@@ -203,7 +204,7 @@ class _ClientCore:
                 "including /v1, e.g. the URL `openagentcore dev` prints."
             )
         self.__api_key = api_key
-        url = httpx.URL(str(base_url))
+        url = _checked_base_url(str(base_url))
         if not url.raw_path.endswith(b"/"):
             url = url.copy_with(raw_path=url.raw_path + b"/")
         self.base_url = url
@@ -421,14 +422,29 @@ class _ClientCore:
     def _status_error(self, response: httpx.Response, data: bytes) -> APIStatusError:
         buffered = _buffered(response, data)
         error = status_error(buffered, self._error_body(data))
-        if (
-            error.status_code == 404
-            and error.code == "unsupported_operation"
-            and not self.base_url.path.rstrip("/").endswith("/v1")
-        ):
-            hint = self.display_url.join("v1")
-            error.message += f" (base_url has no /v1 at its end: did you mean {str(hint)!r}?)"
+        if isinstance(error, NotFoundError) and error.route_missing:
+            error.message = self._wrong_base_url(error)
         return error
+
+    def _wrong_base_url(self, error: NotFoundError) -> str:
+        """What a 404 naming no API route means: ``base_url`` does not point at the API
+        root. Names the URL requested (no user info, no query) and the likely fix."""
+        url = error.response.request.url
+        requested = str(url.copy_with(userinfo=b"", query=None))
+        why = (
+            f": the API has no such route ({error.message})"
+            if error.from_api
+            else " without the API's error body, so something other than the API answered"
+        )
+        fix = "base_url must be the API root, ending in /v1"
+        if not self.base_url.path.rstrip("/").endswith("/v1"):
+            fix += f": did you mean {str(self.display_url.join('v1'))!r}?"
+        else:
+            fix += " (the URL `openagentcore dev` or your server's documentation gives)"
+        return (
+            f"base_url {str(self.display_url)!r} looks wrong: {error.response.request.method} "
+            f"{requested} answered 404{why}; {fix}"
+        )
 
     def _error_body(self, data: bytes) -> object:
         try:
@@ -503,6 +519,38 @@ def _check_api_key(api_key: str) -> None:
         )
     if " " in api_key:
         raise OpenAgentCoreError("The API key contains a space; pass the bare key.")
+
+
+def _checked_base_url(base_url: str) -> httpx.URL:
+    """``base_url`` parsed, or an error saying what to change. Paths are appended to
+    it, so a query or fragment would be dropped from every request (and a token in it
+    shown by ``repr``); the message never repeats them."""
+    where = f"base_url (or {BASE_URL_ENV})"
+    if "://" not in base_url:
+        raise OpenAgentCoreError(
+            f"{where} has no scheme; start it with http:// or https://, e.g. "
+            "'http://127.0.0.1:8765/v1' (the URL `openagentcore dev` prints)"
+        )
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https"):
+        raise OpenAgentCoreError(
+            f"{where} must be an http:// or https:// URL, not {url.scheme}://; "
+            "use the API root, e.g. 'https://api.example.com/v1'"
+        )
+    if not url.host:
+        raise OpenAgentCoreError(f"{where} has no host; use e.g. 'https://api.example.com/v1'")
+    root = str(url.copy_with(userinfo=b"", query=None, fragment=None)).split("?")[0]
+    if url.query or b"?" in url.raw_path:
+        raise OpenAgentCoreError(
+            f"{where} has a query string (its value is not shown): requests append their "
+            f"paths to base_url, so the query would be dropped. Pass the API root alone, "
+            f"{root!r}, and the key as api_key (or {API_KEY_ENV})"
+        )
+    if url.fragment or "#" in base_url:
+        raise OpenAgentCoreError(
+            f"{where} has a #fragment, which is never sent; pass the API root alone, {root!r}"
+        )
+    return url
 
 
 def _as_timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout:

@@ -167,6 +167,12 @@ class APIStatusError(APIError):
         self.body = body
         self.request_id: str | None = response.headers.get("x-request-id")
         error = _error_object(body)
+        #: Whether the body is the API's error envelope (``{"error": {"type": ...,
+        #: "message": ...}}``); ``False`` means something else answered, such as a web
+        #: server or proxy in front of the API, or a ``base_url`` naming no API.
+        self.from_api: bool = isinstance(error.get("type"), str) and isinstance(
+            error.get("message"), str
+        )
         self.type: str | None = _str_or_none(error.get("type"))
         self.code: str | None = _str_or_none(error.get("code"))
         self.param: str | None = _str_or_none(error.get("param"))
@@ -214,9 +220,17 @@ class PermissionDeniedError(APIStatusError):
 
 
 class NotFoundError(APIStatusError):
-    """404: the resource is missing, malformed or belongs to another Project."""
+    """404: the resource is missing, malformed or belongs to another Project, or, when
+    :attr:`route_missing`, the URL names no API route at all (``base_url`` is wrong)."""
 
     status_code = 404
+
+    @property
+    def route_missing(self) -> bool:
+        """Whether the 404 says nothing about the resource: the answer is not the API's
+        error envelope, or the API does not know the route (``unsupported_operation``).
+        Either way ``base_url`` is the likely culprit, not a deleted resource."""
+        return not self.from_api or self.code == "unsupported_operation"
 
 
 class ConflictError(APIStatusError):
