@@ -10,7 +10,9 @@ headers that never change, run an auth flow and event hooks that are empty, and 
 every response for cookies, which cost nearly as much CPU as the HTTP protocol. What
 ``send`` does that matters is done here (cookies kept when a server sets them, the
 response's ``elapsed``, httpx's log line, refusing a closed client). A client passed in
-as ``http_client`` always goes through ``send``, with whatever it was configured with.
+as ``http_client`` always goes through ``send``, with whatever it was configured with;
+its attempts (and those through a proxy) are bounded from outside, since the
+per-request deadline reaches only the SDK's own transports.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import dataclasses
 import functools
 import logging
 import os
+import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,6 +39,7 @@ from ._errors import (
     APIError,
     APIResponseValidationError,
     APIStatusError,
+    APITimeoutError,
     NotFoundError,
     OpenAgentCoreError,
     ResponseTooLargeError,
@@ -643,6 +647,8 @@ class SyncTransport(_ClientCore):
                 finally:
                     response.close()
 
+        if self._direct is None:
+            attempt = _on_worker(attempt, seconds, request)
         response, data = self._retried(options, request, attempt)
         return None if parse is None else self._decode(response, data, parse)
 
@@ -655,6 +661,8 @@ class SyncTransport(_ClientCore):
             with deadline(seconds):
                 return self._send_once(request, stream=True)
 
+        if self._stream_direct is None:
+            attempt = _on_worker(attempt, seconds, request, abandon=httpx.Response.close)
         response = self._retried(options, request, attempt)
         response.extensions = {**response.extensions, STREAM_SETTINGS: self._stream_settings()}
         return response
@@ -795,6 +803,8 @@ class AsyncTransport(_ClientCore):
                     finally:
                         await response.aclose()
 
+        if self._direct is None:
+            attempt = _cancelled_after(attempt, seconds, request)
         response, data = await self._retried(options, request, attempt)
         return None if parse is None else self._decode(response, data, parse)
 
@@ -807,6 +817,8 @@ class AsyncTransport(_ClientCore):
             with deadline(seconds):
                 return await self._send_once(request, stream=True)
 
+        if self._stream_direct is None:
+            attempt = _cancelled_after(attempt, seconds, request)
         response = await self._retried(options, request, attempt)
         response.extensions = {**response.extensions, STREAM_SETTINGS: self._stream_settings()}
         return response
@@ -861,6 +873,76 @@ class AsyncTransport(_ClientCore):
         if self._owns_http:
             await self._http.aclose()
             await self._stream_http.aclose()
+
+
+# The deadline of a transport that is not the SDK's own: an ``http_client`` passed in,
+# or httpx's transports when a proxy is configured. :func:`deadline` reaches only the
+# SDK's transports, so there the whole attempt is bounded from outside.
+
+
+def _on_worker(
+    attempt: Callable[[], T],
+    seconds: float | None,
+    request: httpx.Request,
+    *,
+    abandon: Callable[[T], object] | None = None,
+) -> Callable[[], T]:
+    """``attempt`` run on a thread of its own, which the caller stops waiting for after
+    ``seconds``: a blocking transport cannot be interrupted, so the caller gets its
+    ``APITimeoutError`` on time and the abandoned exchange ends on that thread (bounded
+    by the per-operation timeouts); ``abandon`` releases what it returns late."""
+    if seconds is None:
+        return attempt
+
+    def bounded() -> T:
+        outcome: list[Any] = []
+        finished = threading.Event()
+        lock = threading.Lock()
+        context = contextvars.copy_context()
+
+        def work() -> None:
+            try:
+                result: Any = (context.run(attempt), None)
+            except BaseException as exc:  # handed to the caller, who re-raises it
+                result = (None, exc)
+            with lock:
+                if not finished.is_set():
+                    outcome.append(result)
+                    finished.set()
+                    return
+            if abandon is not None and result[1] is None:
+                abandon(result[0])
+
+        threading.Thread(target=work, name="openagentcore-request", daemon=True).start()
+        finished.wait(seconds)
+        with lock:
+            if not outcome:
+                finished.set()  # too late: the worker releases what it gets
+                raise APITimeoutError(request=request)
+        value, error = outcome[0]
+        if error is not None:
+            raise error
+        return value  # type: ignore[no-any-return]
+
+    return bounded
+
+
+def _cancelled_after(
+    attempt: Callable[[], Coroutine[Any, Any, T]], seconds: float | None, request: httpx.Request
+) -> Callable[[], Coroutine[Any, Any, T]]:
+    """``attempt`` cancelled after ``seconds`` (on asyncio or trio), raising
+    ``APITimeoutError``."""
+    if seconds is None:
+        return attempt
+
+    async def bounded() -> T:
+        import anyio
+
+        with anyio.move_on_after(seconds):
+            return await attempt()
+        raise APITimeoutError(request=request)
+
+    return bounded
 
 
 async def _sleep(seconds: float) -> None:
