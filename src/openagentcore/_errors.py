@@ -360,7 +360,7 @@ def redacted(request: httpx.Request) -> httpx.Request:
         if name in headers:
             headers[name] = REDACTED
     try:
-        content: bytes | None = request.content
+        content = request.content or None  # no body: no Content-Length added either
     except httpx.RequestNotRead:
         content = None
     return httpx.Request(
