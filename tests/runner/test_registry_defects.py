@@ -1,0 +1,119 @@
+"""Defects of function registration and argument handling: a nesting check that was
+quadratic on hostile text, coroutines that were never awaited, parameters models whose
+schema is a ``$ref``, and validation errors that quoted the model's values."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from openagentcore.runner import _json
+from openagentcore.runner._json import MAX_JSON_DEPTH, UntrustedJSONError, parse_untrusted_json
+
+# 1. The nesting check is linear in the size of the arguments.
+
+
+def _depth_by_scanning(text: str) -> int:
+    """The deepest nesting of brackets outside strings, one character at a time: the
+    plainest reading of what the check computes."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _depth_of_value(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth_of_value(member) for member in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth_of_value(member) for member in value), default=0)
+    return 0
+
+
+_HOSTILE_CHECK = textwrap.dedent(
+    """
+    import signal, sys, time
+    from openagentcore.runner._json import UntrustedJSONError, parse_untrusted_json
+
+    def too_slow(signum, frame):
+        raise TimeoutError
+
+    opening = "[" * 65 + '"'
+    text = opening + '\\\\"' * ((1024 * 1024 - len(opening)) // 2)  # 1 MiB, unterminated
+    signal.signal(signal.SIGALRM, too_slow)
+    signal.setitimer(signal.ITIMER_REAL, float(sys.argv[1]))
+    try:
+        parse_untrusted_json(text)
+    except UntrustedJSONError as exc:
+        print(exc)
+    except TimeoutError:
+        print("still checking")
+    """
+)
+
+
+def test_a_mebibyte_of_escaped_quotes_is_checked_at_once() -> None:
+    """An unterminated string of escaped quotes made the check quadratic (1 MiB took
+    more than an hour, on the async runner's event loop). The check runs in a child
+    process that interrupts it after a bound thousands of times what it needs."""
+    checked = subprocess.run(
+        [sys.executable, "-c", _HOSTILE_CHECK, "2.0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert checked.stdout.strip() == f"nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab'),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(st.text(alphabet='[]{}"\\ab', max_size=3), inner, max_size=3)
+        ),
+        max_leaves=120,
+    )
+)
+def test_the_nesting_check_agrees_with_the_parsed_depth(value: Any) -> None:
+    text = json.dumps(value)
+    assert _depth_by_scanning(text) == _depth_of_value(value)
+    if _depth_of_value(value) > MAX_JSON_DEPTH:
+        with pytest.raises(UntrustedJSONError, match="nested deeper"):
+            parse_untrusted_json(text)
+    else:
+        assert parse_untrusted_json(text) == value
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(alphabet='[]{}"\\a,', max_size=400)
+    | st.tuples(st.integers(60, 70), st.text(alphabet='[]{}"\\a', max_size=200)).map(
+        lambda opened_then: "[" * opened_then[0] + opened_then[1]
+    )
+)
+def test_the_nesting_check_agrees_with_a_plain_scan_on_any_text(text: str) -> None:
+    assert _json._nests_too_deep(text) == (_depth_by_scanning(text) > MAX_JSON_DEPTH)
