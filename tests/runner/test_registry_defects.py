@@ -4,18 +4,26 @@ schema is a ``$ref``, and validation errors that quoted the model's values."""
 
 from __future__ import annotations
 
+import datetime
 import json
+import logging
 import subprocess
 import sys
 import textwrap
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
+import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import _json
 from openagentcore.runner._json import MAX_JSON_DEPTH, UntrustedJSONError, parse_untrusted_json
+from openagentcore.runner._registry import ArgumentsError, describe_function
+
+from ._support import Harness, applied_calls, one_turn
 
 # 1. The nesting check is linear in the size of the arguments.
 
@@ -117,3 +125,94 @@ def test_the_nesting_check_agrees_with_the_parsed_depth(value: Any) -> None:
 )
 def test_the_nesting_check_agrees_with_a_plain_scan_on_any_text(text: str) -> None:
     assert _json._nests_too_deep(text) == (_depth_by_scanning(text) > MAX_JSON_DEPTH)
+
+
+# 4. Errors about the arguments name fields, never values.
+
+CARD = "4111111111111111"
+
+
+class Card(pydantic.BaseModel):
+    number: str
+    holder: str = ""
+
+    @pydantic.field_validator("number")
+    @classmethod
+    def passes_luhn(cls, number: str) -> str:
+        raise ValueError(f"{number} fails the Luhn check")
+
+
+class Cat(pydantic.BaseModel):
+    kind: Literal["cat"]
+
+
+class Dog(pydantic.BaseModel):
+    kind: Literal["dog"]
+
+
+def _not_the_card(text: str) -> str:
+    assert text != CARD, f"got {text}"
+    return text
+
+
+def _known_reference(text: str) -> str:
+    if text == CARD:
+        raise LookupError(f"no reference {text}")  # not a ValueError: pydantic passes it on
+    return text
+
+
+def pay(
+    card: Card | None = None,
+    amounts: dict[str, int] | None = None,
+    pet: Annotated[Cat | Dog, pydantic.Field(discriminator="kind")] | None = None,
+    cents: int = 0,
+    note: Annotated[str, pydantic.AfterValidator(_not_the_card)] = "",
+    when: datetime.datetime | None = None,
+    reference: Annotated[str, pydantic.AfterValidator(_known_reference)] = "",
+) -> str:
+    """Pay an order."""
+    return "paid"
+
+
+_INVALID_CARD_ARGUMENTS = [
+    {"card": {"number": CARD}},
+    {"amounts": {CARD: "ten"}},
+    {"pet": {"kind": CARD}},
+    {"cents": CARD + "x"},
+    {"note": CARD},
+    {"when": CARD + "x"},
+]
+#: With a validator that raises something other than ValueError, which pydantic passes on.
+_CARD_ARGUMENTS = [*_INVALID_CARD_ARGUMENTS, {"reference": CARD}]
+
+
+@pytest.mark.parametrize("arguments", _INVALID_CARD_ARGUMENTS, ids=lambda a: next(iter(a)))
+def test_a_validation_error_names_the_field_without_the_value(arguments: dict[str, Any]) -> None:
+    registered = describe_function(pay)
+    with pytest.raises(ArgumentsError) as raised:
+        registered.bind(arguments)
+    text = str(raised.value)
+    assert CARD not in text
+    assert f"`{next(iter(arguments))}" in text
+
+
+def test_the_model_and_the_log_never_see_a_bad_argument_value(
+    make_core: Callable[..., LocalCore],
+    make_harness: Callable[..., Harness],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls = [FunctionCall("pay", arguments) for arguments in _CARD_ARGUMENTS]
+    harness = make_harness(make_core(scenario=one_turn(calls)))
+    harness.runner.function(pay)
+    session_id = harness.create_session()
+    with caplog.at_level(logging.DEBUG, logger="openagentcore"):
+        report = harness.serve(session_id)
+    assert report.calls_run == 0
+    applied = applied_calls(harness.client, session_id)
+    errors = [call.output.error for call in applied.values() if call.output is not None]
+    assert len(errors) == len(_CARD_ARGUMENTS)
+    assert all(error and error.startswith("Invalid arguments: ") for error in errors)
+    assert not [error for error in errors if error and CARD in error]
+    logged = [record for record in caplog.records if record.name.startswith("openagentcore.runner")]
+    assert any("do not fit" in record.getMessage() for record in logged)
+    assert CARD not in caplog.text

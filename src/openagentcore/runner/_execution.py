@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -84,11 +85,18 @@ def _bind(
         return run.function.bind(run.arguments, context=context)
     except ArgumentsError as exc:
         return _bad_arguments(run, exc, hooks)
-    except Exception:
+    except Exception as exc:
         # A validator raised something other than ValueError (a bug in it, or input it
-        # did not expect): the function never ran, so the call is not in doubt. The
-        # exception may quote the arguments, so the model is not shown it.
-        logger.exception("Validating the arguments of %s raised", run.function.name)
+        # did not expect): the function never ran, so the call is not in doubt. Its
+        # message may quote the arguments, so neither the model nor the log gets it:
+        # the log has its type and where it was raised.
+        logger.error(
+            "Validating the arguments of %s raised %s (its message is not logged: it may "
+            "quote the arguments)\n%s",
+            run.function.name,
+            type(exc).__name__,
+            "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )
         error = ArgumentsError("Invalid arguments: they could not be validated.")
         return _bad_arguments(run, error, hooks)
 

@@ -14,13 +14,16 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, TypeGuard, Union, get_args, get_origin, get_type_hints
 
 import pydantic
+import pydantic_core
 from pydantic.fields import FieldInfo
+from pydantic_core.core_schema import ErrorType
 
 from .._admission import check_tools
 from .._errors import AdmissionError
@@ -125,15 +128,94 @@ class RegisteredFunction:
         return args, kwargs
 
 
-def _describe_validation_error(error: pydantic.ValidationError) -> str:
+#: Error context that may quote the value: a validator's or parser's own text, the tag
+#: given to a discriminated union, an attribute name.
+_QUOTING_CONTEXT = frozenset({"error", "tag", "attribute"})
+#: Placeholders for that context in pydantic's message templates, with the separator or
+#: quotes around them.
+_QUOTING_PLACEHOLDER = re.compile(r"(?:,\s*|:\s*|\s)?'?\{(?:error|tag|attribute)\}'?")
+#: Error types pydantic defines; any other is an application's ``PydanticCustomError``,
+#: whose text is the application's and may quote the value.
+_PYDANTIC_ERROR_TYPES: frozenset[str] = frozenset(get_args(ErrorType))
+#: What the model is told instead of a message that could quote the value.
+_WITHHELD_MESSAGE = "Value is not valid"
+
+
+def _describe_validation_error(
+    error: pydantic.ValidationError, arguments: Mapping[str, Any], names: frozenset[str]
+) -> str:
+    """The problems, each naming the field, never a value: pydantic's input and the
+    context that may quote it are left out, and keys of the model's own objects (a
+    ``dict[str, int]`` argument) are shown as ``*`` unless the schema names them."""
     problems = []
     for item in error.errors(include_input=False, include_url=False):
-        where = ".".join(str(part) for part in item["loc"]) or "<arguments>"
-        if item["type"] == "extra_forbidden":
+        unknown = item["type"] == "extra_forbidden"
+        where = _where(item["loc"], arguments, names, unknown=unknown)
+        if unknown:
             problems.append(f"unknown field `{where}`")
         else:
-            problems.append(f"`{where}`: {item['msg']}")
+            problems.append(f"`{where}`: {_message(item)}")
     return "Invalid arguments: " + "; ".join(problems[:5])
+
+
+def _where(
+    location: tuple[int | str, ...],
+    arguments: Mapping[str, Any],
+    names: frozenset[str],
+    *,
+    unknown: bool,
+) -> str:
+    """The dotted path of an error. A part that is a key of the arguments at that point
+    is shown only if the schema declares it (or it is the unknown field itself); other
+    parts are list indexes and pydantic's labels (a union member, ``[key]``)."""
+    shown: list[str] = []
+    here: Any = arguments
+    for position, part in enumerate(location):
+        if isinstance(here, Mapping) and part in here:
+            last = position == len(location) - 1
+            shown.append(str(part) if part in names or (unknown and last) else "*")
+            here = here[part]
+        elif isinstance(here, list) and isinstance(part, int) and 0 <= part < len(here):
+            shown.append(str(part))
+            here = here[part]
+        else:
+            shown.append(str(part))
+    return ".".join(shown) or "<arguments>"
+
+
+def _message(item: pydantic_core.ErrorDetails) -> str:
+    """pydantic's message, without the parts of its context that may quote the value."""
+    context = item.get("ctx") or {}
+    error_type = item["type"]
+    if not _is_pydantic_error_type(error_type):
+        return _WITHHELD_MESSAGE
+    if _QUOTING_CONTEXT.isdisjoint(context):
+        return item["msg"]
+    try:
+        template = pydantic_core.PydanticKnownError(error_type, context).message_template
+        return _QUOTING_PLACEHOLDER.sub("", template).format_map(context) or _WITHHELD_MESSAGE
+    except (KeyError, ValueError, TypeError):  # a template this version does not expect
+        return _WITHHELD_MESSAGE
+
+
+def _is_pydantic_error_type(name: str) -> TypeGuard[ErrorType]:
+    return name in _PYDANTIC_ERROR_TYPES
+
+
+def _declared_names(schema: object) -> frozenset[str]:
+    """Every property name anywhere in a JSON Schema (its ``$defs`` included)."""
+    names: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                names.update(name for name in properties if isinstance(name, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(names)
 
 
 def _unknown_fields(arguments: Mapping[str, Any], known: set[str]) -> None:
@@ -196,15 +278,17 @@ def _signature_binder(
         **fields,
     )
     assert issubclass(model, pydantic.BaseModel)
+    schema = _clean_schema(model.model_json_schema())
+    names = _declared_names(schema)
 
     def bind(arguments: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         try:
             validated = model.model_validate(dict(arguments))
         except pydantic.ValidationError as exc:
-            raise ArgumentsError(_describe_validation_error(exc)) from None
+            raise ArgumentsError(_describe_validation_error(exc, arguments, names)) from None
         return (), {parameter: getattr(validated, field) for field, parameter in parameters.items()}
 
-    return _clean_schema(model.model_json_schema()), bind
+    return schema, bind
 
 
 def _check_signature(func: Callable[..., Any], name: str) -> None:
@@ -306,7 +390,9 @@ def _field_info(
     return info
 
 
-def _model_binder(model: type[pydantic.BaseModel], known: set[str] | None) -> Binder:
+def _model_binder(
+    model: type[pydantic.BaseModel], known: set[str] | None, names: frozenset[str]
+) -> Binder:
     """The function receives one validated ``model``; with ``known``, other top-level
     names fail the call whatever the model's own ``extra`` setting."""
 
@@ -316,7 +402,7 @@ def _model_binder(model: type[pydantic.BaseModel], known: set[str] | None) -> Bi
         try:
             return (model.model_validate(dict(arguments)),), {}
         except pydantic.ValidationError as exc:
-            raise ArgumentsError(_describe_validation_error(exc)) from None
+            raise ArgumentsError(_describe_validation_error(exc, arguments, names)) from None
 
     return bind
 
@@ -414,7 +500,7 @@ def describe_function(
         if strict:
             schema["additionalProperties"] = False
             known = set(schema["properties"])
-        binder = _model_binder(parameters, known)
+        binder = _model_binder(parameters, known, _declared_names(schema))
     elif parameters is not None:
         schema = dict(parameters)
         binder = _schema_binder(schema, strict=strict)
