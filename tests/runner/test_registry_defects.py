@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from openagentcore._errors import AdmissionError
 from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import _json
 from openagentcore.runner._json import MAX_JSON_DEPTH, UntrustedJSONError, parse_untrusted_json
@@ -216,3 +217,108 @@ def test_the_model_and_the_log_never_see_a_bad_argument_value(
     logged = [record for record in caplog.records if record.name.startswith("openagentcore.runner")]
     assert any("do not fit" in record.getMessage() for record in logged)
     assert CARD not in caplog.text
+
+
+# 3. A parameters model whose schema is a $ref (it refers to itself) or a RootModel.
+
+
+class Node(pydantic.BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+class Scores(pydantic.RootModel[dict[str, int]]):
+    pass
+
+
+class Tree(pydantic.RootModel[Node]):
+    pass
+
+
+class Numbers(pydantic.RootModel[list[int]]):
+    pass
+
+
+def _count(node: Node) -> int:
+    return 1 + sum(_count(child) for child in node.children)
+
+
+def count_nodes(tree: Node) -> int:
+    """Count the nodes of a tree."""
+    return _count(tree)
+
+
+def test_a_self_referencing_model_is_declared_as_an_object_and_binds() -> None:
+    registered = describe_function(count_nodes, parameters=Node)
+    schema = registered.parameters
+    assert "$ref" not in schema
+    assert schema["type"] == "object"
+    assert set(schema["properties"]) == {"name", "children"}
+    assert schema["required"] == ["name"]
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["children"]["items"] == {"$ref": "#/$defs/Node"}
+    assert set(schema["$defs"]) == {"Node"}
+    arguments = {"name": "root", "children": [{"name": "leaf", "children": []}]}
+    ((node,), _) = registered.bind(arguments)
+    assert node == Node.model_validate(arguments)
+    with pytest.raises(ArgumentsError, match=r"^Invalid arguments: unknown field `x`$"):
+        registered.bind({**arguments, "x": 1})
+    with pytest.raises(ArgumentsError, match=r"`children\.0\.name`: Field required"):
+        registered.bind({"name": "root", "children": [{}]})
+
+
+def test_root_models_validate_with_their_own_schema() -> None:
+    def total(scores: Scores) -> int:
+        """Add up scores."""
+        return sum(scores.root.values())
+
+    scores = describe_function(total, parameters=Scores)
+    assert scores.parameters["additionalProperties"] == {"type": "integer"}
+    ((bound,), _) = scores.bind({"ada": 3, "bob": 4})
+    assert bound == Scores({"ada": 3, "bob": 4})
+    with pytest.raises(ArgumentsError, match=r"^Invalid arguments: `\*`: Input should be"):
+        scores.bind({"ada": "three"})
+
+    tree = describe_function(count_nodes, parameters=Tree)
+    assert "$ref" not in tree.parameters
+    assert tree.parameters["type"] == "object"
+    ((root,), _) = tree.bind({"name": "root", "children": [{"name": "leaf"}]})
+    assert root == Tree(Node(name="root", children=[Node(name="leaf")]))
+
+
+def test_a_model_that_is_not_an_object_is_refused_at_registration() -> None:
+    def first(numbers: Numbers) -> int:
+        """The first number."""
+        return numbers.root[0]
+
+    with pytest.raises(AdmissionError, match=r"Numbers.*array.*JSON object"):
+        describe_function(first, parameters=Numbers)
+
+
+def test_a_self_referencing_parameters_model_runs_end_to_end(
+    make_core: Callable[..., LocalCore], make_harness: Callable[..., Harness]
+) -> None:
+    tree = {"name": "root", "children": [{"name": "a"}, {"name": "b", "children": [{"name": "c"}]}]}
+    core = make_core(
+        scenario=one_turn(
+            [
+                FunctionCall("count_nodes", tree),
+                FunctionCall("count_nodes", {"name": "root", "children": [{"children": []}]}),
+            ]
+        )
+    )
+    harness = make_harness(core)
+    harness.runner.function(parameters=Node)(count_nodes)
+    session_id = harness.create_session()
+    report = harness.serve(session_id)
+    assert report.calls_run == 1
+    outputs = {
+        json.dumps(call.arguments): call.output
+        for call in applied_calls(harness.client, session_id).values()
+    }
+    valid = outputs[json.dumps(tree)]
+    assert valid is not None
+    assert valid.output == "4"
+    invalid = outputs[json.dumps({"name": "root", "children": [{"children": []}]})]
+    assert invalid is not None
+    assert invalid.error == "Invalid arguments: `children.0.name`: Field required"

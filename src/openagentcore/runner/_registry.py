@@ -407,6 +407,53 @@ def _model_binder(
     return bind
 
 
+def _model_parameters(
+    model: type[pydantic.BaseModel], name: str, *, strict: bool
+) -> tuple[dict[str, Any], Binder]:
+    """The schema and binder of ``parameters=model``, a ``RootModel`` or one that refers
+    to itself included. The model validates the arguments; ``strict`` closes the top
+    level unless the model's root is a mapping (``additionalProperties`` a schema)."""
+    schema = _clean_schema(_inline_root_reference(model.model_json_schema()))
+    if schema.get("type") != "object":
+        raise AdmissionError(
+            f"Function {name!r}: parameters model {model.__qualname__} describes a "
+            f"{schema.get('type', 'value')}, but arguments are a JSON object. Use a model "
+            "with fields (or a RootModel of a dict or of such a model).",
+            tool=name or None,
+            field="parameters",
+        )
+    known: set[str] | None = None
+    if strict and not isinstance(schema.get("additionalProperties"), dict):
+        schema["additionalProperties"] = False
+        known = set(schema["properties"])
+    return schema, _model_binder(model, known, _declared_names(schema))
+
+
+def _inline_root_reference(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with a root ``$ref`` (a model that refers to itself, a RootModel of a
+    model) replaced by the definition it names, so the root is an object the server
+    accepts and properties can be added to. ``$defs`` stays for the references left
+    inside; the inlined definition goes if nothing refers to it any more."""
+    reference, definitions = schema.get("$ref"), schema.get("$defs")
+    prefix = "#/$defs/"
+    if not (
+        isinstance(reference, str)
+        and reference.startswith(prefix)
+        and isinstance(definitions, dict)
+        and isinstance(definitions.get(reference.removeprefix(prefix)), dict)
+    ):
+        return schema
+    siblings = {key: value for key, value in schema.items() if key not in ("$ref", "$defs")}
+    inlined: dict[str, Any] = {**definitions[reference.removeprefix(prefix)], **siblings}
+    referred = json.dumps([inlined, definitions])
+    remaining = {
+        key: value for key, value in definitions.items() if json.dumps(prefix + key) in referred
+    }
+    if remaining:
+        inlined["$defs"] = remaining
+    return inlined
+
+
 def _schema_binder(schema: Mapping[str, Any], *, strict: bool) -> Binder:
     """Checks required keys, and unknown keys when strict and the schema forbids them."""
     required = [name for name in schema.get("required", []) if isinstance(name, str)]
@@ -495,12 +542,7 @@ def describe_function(
     hints = _type_hints(func, fn_name)
     context_parameter = _context_parameter(fn_name, hints, func)
     if isinstance(parameters, type) and issubclass(parameters, pydantic.BaseModel):
-        schema = _clean_schema(parameters.model_json_schema())
-        known: set[str] | None = None
-        if strict:
-            schema["additionalProperties"] = False
-            known = set(schema["properties"])
-        binder = _model_binder(parameters, known, _declared_names(schema))
+        schema, binder = _model_parameters(parameters, fn_name, strict=strict)
     elif parameters is not None:
         schema = dict(parameters)
         binder = _schema_binder(schema, strict=strict)
