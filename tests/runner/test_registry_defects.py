@@ -4,12 +4,15 @@ schema is a ``$ref``, and validation errors that quoted the model's values."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import functools
 import json
 import logging
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -23,8 +26,9 @@ from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import _json
 from openagentcore.runner._json import MAX_JSON_DEPTH, UntrustedJSONError, parse_untrusted_json
 from openagentcore.runner._registry import ArgumentsError, describe_function
+from openagentcore.runner._results import timeout_error
 
-from ._support import Harness, applied_calls, one_turn
+from ._support import CallLog, Harness, applied_calls, one_turn
 
 # 1. The nesting check is linear in the size of the arguments.
 
@@ -322,3 +326,172 @@ def test_a_self_referencing_parameters_model_runs_end_to_end(
     invalid = outputs[json.dumps({"name": "root", "children": [{"children": []}]})]
     assert invalid is not None
     assert invalid.error == "Invalid arguments: `children.0.name`: Field required"
+
+
+# 2. Coroutines behind wrappers, callable objects and partials are awaited.
+
+
+def _passing_through(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator unaware of coroutines: its wrapper returns what the function returns."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _run_to_completion(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator that makes a coroutine function a plain one (as asgiref's
+    ``async_to_sync`` does): its ``__wrapped__`` is a coroutine function, yet calling
+    it blocks and returns the value, and it cannot run on a running event loop."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(func(*args, **kwargs))
+
+    return wrapper
+
+
+class Greeter:
+    """Greet a person."""
+
+    def __init__(self, greeting: str, ran: CallLog) -> None:
+        self.greeting = greeting
+        self.ran = ran
+
+    async def __call__(self, person: str, times: int = 1) -> str:
+        """Greet once or more.
+
+        Args:
+            person: Who to greet.
+            times: How often.
+        """
+        await asyncio.sleep(0)
+        self.ran.enter("greet", person)
+        self.ran.leave()
+        return " ".join([f"{self.greeting} {person}"] * times)
+
+
+class Shouter:
+    """Shout at a person."""
+
+    def __call__(self, person: str, times: int = 1) -> str:
+        return " ".join([person.upper()] * times)
+
+
+async def _convert(amount: int, currency: str, rate: float) -> str:
+    """Convert an amount of money."""
+    await asyncio.sleep(0)
+    return f"{amount * rate:.2f} {currency}"
+
+
+def _scale(value: int, factor: int) -> int:
+    """Scale a value."""
+    return value * factor
+
+
+def test_callable_objects_and_partials_declare_their_real_parameters() -> None:
+    greeter = describe_function(Greeter("Hello", CallLog()), name="greet")
+    assert greeter.is_async
+    assert greeter.description == "Greet a person."
+    assert greeter.parameters["properties"] == {
+        "person": {"type": "string", "description": "Who to greet."},
+        "times": {"type": "integer", "default": 1, "description": "How often."},
+    }
+    assert greeter.bind({"person": "Ada", "times": "2"}) == ((), {"person": "Ada", "times": 2})
+    shouter = describe_function(Shouter())
+    assert shouter.name == "Shouter"
+    assert not shouter.is_async
+    assert shouter.parameters["properties"]["times"] == {"type": "integer", "default": 1}
+
+    convert = describe_function(functools.partial(_convert, rate=1.1), name="convert")
+    assert convert.is_async
+    assert convert.description == "Convert an amount of money."
+    assert convert.parameters["properties"] == {
+        "amount": {"type": "integer"},
+        "currency": {"type": "string"},
+    }
+    with pytest.raises(ArgumentsError, match="unknown field `rate`"):
+        convert.bind({"amount": 1, "currency": "EUR", "rate": 5})
+    scale = describe_function(functools.partial(_scale, 3))
+    assert scale.name == "_scale"
+    assert scale.parameters["properties"] == {"factor": {"type": "integer"}}
+    assert scale.parameters["required"] == ["factor"]
+
+
+def test_wrapped_coroutines_callable_objects_and_partials_run(
+    make_core: Callable[..., LocalCore], make_harness: Callable[..., Harness]
+) -> None:
+    core = make_core(
+        scenario=one_turn(
+            [
+                FunctionCall("wrapped", {"x": 2}),
+                FunctionCall("greet", {"person": "Ada", "times": 2}),
+                FunctionCall("shout", {"person": "Bob"}),
+                FunctionCall("convert", {"amount": 10, "currency": "EUR"}),
+                FunctionCall("converted", {"x": 5}),
+            ]
+        )
+    )
+    harness = make_harness(core)
+    ran = CallLog()
+
+    async def wrapped(x: int) -> int:
+        """Double a number."""
+        await asyncio.sleep(0)
+        ran.enter("wrapped", x)
+        ran.leave()
+        return x * 2
+
+    async def converted(x: int) -> int:
+        """Triple a number."""
+        await asyncio.sleep(0)
+        ran.enter("converted", x)
+        ran.leave()
+        return x * 3
+
+    harness.runner.function(_passing_through(wrapped))
+    harness.runner.function(Greeter("Hello", ran), name="greet")
+    harness.runner.function(Shouter(), name="shout")
+    harness.runner.function(functools.partial(_convert, rate=1.5), name="convert")
+    harness.runner.function(_run_to_completion(converted))
+    session_id = harness.create_session()
+    report = harness.serve(session_id)
+    outputs = {
+        call.call.name: call.output for call in applied_calls(harness.client, session_id).values()
+    }
+    assert {name: output and (output.output, output.error) for name, output in outputs.items()} == {
+        "wrapped": ("4", None),
+        "greet": ("Hello Ada Hello Ada", None),
+        "shout": ("BOB", None),
+        "convert": ("15.00 EUR", None),
+        "converted": ("15", None),
+    }
+    assert sorted(ran.runs) == [("converted", 5), ("greet", "Ada"), ("wrapped", 2)]
+    assert report.function_errors == 0
+
+
+def test_a_coroutine_a_plain_function_returns_is_cancelled_past_its_timeout(
+    make_core: Callable[..., LocalCore], make_harness: Callable[..., Harness]
+) -> None:
+    harness = make_harness(make_core(scenario=one_turn([FunctionCall("fetch", {})])))
+    cancelled = threading.Event()
+
+    async def fetch() -> str:
+        """Fetch something that never arrives."""
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "arrived"
+
+    harness.runner.function(timeout=0.3)(_passing_through(fetch))
+    session_id = harness.create_session()
+    report = harness.serve(session_id, timeout=30)
+    assert report.final_status == "idle"
+    assert cancelled.wait(10)
+    (call,) = applied_calls(harness.client, session_id).values()
+    assert call.output is not None
+    assert call.output.error == timeout_error(0.3, idempotent=False)

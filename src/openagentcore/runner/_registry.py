@@ -11,6 +11,7 @@ argument the function does not name fails the call instead of being dropped.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -28,7 +29,7 @@ from pydantic_core.core_schema import ErrorType
 from .._admission import check_tools
 from .._errors import AdmissionError
 from ._context import CallContext
-from ._docstrings import parse_docstring
+from ._docstrings import ParsedDocstring, parse_docstring
 from ._json import (
     UntrustedJSONError,
     check_json_value,
@@ -81,7 +82,10 @@ class RegisteredFunction:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+        """Whether the function is a coroutine function (also under partials, or as an
+        object's ``async def __call__``), which the runner awaits. A plain function
+        that returns an awaitable has it awaited too, after it returns."""
+        return inspect.iscoroutinefunction(_declaring(self.func))
 
     def declaration(self) -> dict[str, Any]:
         """The ``function`` tool declaration for an Agent or Session ``tools`` list."""
@@ -259,7 +263,7 @@ def _signature_binder(
     # (model_config, model_dump, _private, ...).
     fields: dict[str, Any] = {}
     parameters: dict[str, str] = {}  # field -> parameter
-    for param in inspect.signature(func).parameters.values():
+    for param in _parameters(func):
         if param.name == context_parameter:
             continue
         annotation = hints.get(param.name, Any)
@@ -292,7 +296,7 @@ def _signature_binder(
 
 
 def _check_signature(func: Callable[..., Any], name: str) -> None:
-    for param in inspect.signature(func).parameters.values():
+    for param in _parameters(func):
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
             raise AdmissionError(
@@ -344,7 +348,7 @@ def _check_expressible(name: str, parameter: str, annotation: Any) -> None:
 def _context_parameter(name: str, hints: Mapping[str, Any], func: Callable[..., Any]) -> str | None:
     """The one parameter annotated ``CallContext`` (also inside ``Annotated``)."""
     found: list[str] = []
-    for param in inspect.signature(func).parameters:
+    for param in (parameter.name for parameter in _parameters(func)):
         annotation = hints.get(param)
         if get_origin(annotation) is Annotated:
             annotation = get_args(annotation)[0]
@@ -530,16 +534,17 @@ def describe_function(
     """
     if not callable(func):
         raise TypeError(f"Expected a callable, got {type(func).__name__}")
-    doc = parse_docstring(inspect.getdoc(func))
-    fn_name = name if name is not None else getattr(func, "__name__", "")
-    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+    doc = _docstring(func)
+    fn_name = name if name is not None else _default_name(func)
+    declaring = _declaring(func)
+    if inspect.isgeneratorfunction(declaring) or inspect.isasyncgenfunction(declaring):
         raise AdmissionError(
             f"Function {fn_name!r} is a generator: a call gets one result, so return it "
             "(a list, if there are several values) instead of yielding.",
             tool=fn_name or None,
         )
     _check_options(fn_name, timeout, max_concurrency, max_attempts)
-    hints = _type_hints(func, fn_name)
+    hints = _type_hints(declaring, fn_name)
     context_parameter = _context_parameter(fn_name, hints, func)
     if isinstance(parameters, type) and issubclass(parameters, pydantic.BaseModel):
         schema, binder = _model_parameters(parameters, fn_name, strict=strict)
@@ -581,6 +586,57 @@ def describe_function(
     )
     check_tools([registered.declaration()], for_session=False)
     return registered
+
+
+def _unpartial(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The callable under any ``functools.partial``."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    return func
+
+
+def _is_callable_object(func: Callable[..., Any]) -> bool:
+    """An instance whose class defines ``__call__`` (not a function, method or class)."""
+    return not (inspect.isroutine(func) or isinstance(func, type))
+
+
+def _declaring(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What declares ``func``'s type hints and kind (``def`` or ``async def``): the
+    callable under partials, and the ``__call__`` of a callable object. A wrapper made
+    with ``functools.wraps`` declares its own kind: a plain wrapper may well run the
+    coroutine itself (as asgiref's ``async_to_sync`` does), so ``__wrapped__`` is not
+    followed to decide how to call it."""
+    inner = _unpartial(func)
+    if _is_callable_object(inner):
+        call: Callable[..., Any] = type(inner).__call__
+        return call
+    return inner
+
+
+def _parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The parameters the model fills: those of ``inspect.signature`` (which drops a
+    partial's bound positions and an object's ``self``) less a partial's bound
+    keywords, which the signature keeps as defaults the model could override."""
+    bound = func.keywords if isinstance(func, functools.partial) else {}
+    return [p for p in inspect.signature(func).parameters.values() if p.name not in bound]
+
+
+def _default_name(func: Callable[..., Any]) -> str:
+    """A function's ``__name__`` (under partials), or a callable object's class name."""
+    inner = _unpartial(func)
+    name = getattr(inner, "__name__", None)
+    return name if isinstance(name, str) else type(inner).__name__
+
+
+def _docstring(func: Callable[..., Any]) -> ParsedDocstring:
+    """The docstring of the callable under partials; for a callable object, its class's
+    description, and parameters documented on the class or on ``__call__``."""
+    inner = _unpartial(func)
+    doc = parse_docstring(inspect.getdoc(inner))
+    if not _is_callable_object(inner):
+        return doc
+    call = parse_docstring(inspect.getdoc(type(inner).__call__))
+    return ParsedDocstring(doc.description or call.description, {**doc.params, **call.params})
 
 
 def _check_json(name: str, schema: Mapping[str, Any]) -> None:
