@@ -18,7 +18,7 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from . import Client, FunctionRunner
@@ -89,12 +89,20 @@ class CommandError(Exception):
         self.message = message
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line told in one line that points to ``--help``
+    (instead of the usage block, then the error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {_printable(message)}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: ``dev``, ``calls list|show|resolve|prune``, ``pending``,
     ``recover``."""
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="openagentcore",
         description=(
             "Run a local Agents API emulator, and inspect or settle the function calls\n"
@@ -270,7 +278,7 @@ def _add_dev(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)"
     )
     dev.add_argument(
-        "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
+        "--port", type=_port, default=0, help="port to listen on (default: 0, a free port)"
     )
     dev.add_argument(
         "--scenario", metavar="FILE", help="JSON or YAML scenario for the scripted model"
@@ -301,18 +309,30 @@ def _run_dev(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from openagentcore.local._faults import parse_fault
         from openagentcore.local._server import serve
     except ImportError as error:
-        parser.exit(
-            2,
-            "openagentcore dev needs the 'local' extra: "
-            f"pip install 'openagentcore[local]' ({error})\n",
-        )
-    try:
-        faults = Faults()
-        for spec in args.fault:
+        raise CommandError(
+            EXIT_CONFIG,
+            f"openagentcore dev needs the 'local' extra ({error}): "
+            "pip install 'openagentcore[local]'",
+        ) from None
+    faults = Faults()
+    for spec in args.fault:
+        try:
             faults = parse_fault(spec, faults)
-        scenario = Scenario.from_file(args.scenario) if args.scenario else None
-    except (OSError, ValueError) as error:
-        parser.error(str(error))
+        except ValueError as error:
+            parser.error(str(error))
+    scenario = None
+    if args.scenario:
+        try:
+            scenario = Scenario.from_file(args.scenario)
+        except OSError as error:
+            raise CommandError(
+                EXIT_USAGE,
+                f"cannot read --scenario {args.scenario}: {error.strerror or error}; "
+                "check the path",
+            ) from None
+        except (ValueError, UnicodeDecodeError) as error:
+            # The message names the file and what is wrong in it.
+            raise CommandError(EXIT_USAGE, f"{error}; fix the --scenario file") from None
     core = LocalCore(
         scenario=scenario,
         faults=faults,
@@ -322,8 +342,41 @@ def _run_dev(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         port=args.port,
         keepalive_interval=args.keepalive,
     )
+    try:
+        core.start()
+    except OSError as error:
+        raise CommandError(EXIT_USAGE, _cannot_listen(args.host, args.port, error)) from None
+    except sqlite3.DatabaseError as error:
+        raise CommandError(
+            EXIT_USAGE,
+            f"cannot use --state {args.state} ({error}): name a new file, or one an "
+            "earlier openagentcore dev --state wrote",
+        ) from None
     serve(core, announce=lambda line: print(line, flush=True))
-    return 0
+    return EXIT_OK
+
+
+def _cannot_listen(host: str, port: int, error: OSError) -> str:
+    """Why the emulator cannot listen on ``host:port``, and which option to change."""
+    import errno
+    import socket
+
+    where = f"cannot listen on {host}:{port}"
+    if isinstance(error, socket.gaierror):
+        return f"{where}: unknown host {host!r}; use --host 127.0.0.1 (or 0.0.0.0 for all)"
+    if error.errno == errno.EADDRINUSE:
+        return (
+            f"{where}: the port is in use (another program, or another openagentcore dev); "
+            "choose another --port, or --port 0 for a free one"
+        )
+    if error.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"{where}: no network interface of this machine has that address; use --host "
+            "127.0.0.1 (or 0.0.0.0 for all)"
+        )
+    if error.errno == errno.EACCES:
+        return f"{where}: permission denied; choose a --port above 1023, or --port 0"
+    return f"{where}: {error.strerror or error}; check --host and --port"
 
 
 def _store_options(command: argparse.ArgumentParser, *, required: bool) -> None:
@@ -832,6 +885,18 @@ def _session_id(text: str) -> str:
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error).replace("`id`", "the Session id")) from None
     return text
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{port} is not a port: use 1 to 65535, or 0 for a free one"
+        )
+    return port
 
 
 def _seconds(text: str) -> float:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from openagentcore import Client, SQLiteResultStore
 from openagentcore.store import CallKey, arguments_hash, new_owner_id
 from openagentcore.types import FunctionCallAction
+
+#: This checkout's ``src``, for the CLI started in a process of its own.
+SOURCES = Path(__file__).resolve().parents[2] / "src"
 
 TOOL = {
     "type": "function",
@@ -49,3 +55,34 @@ def save_result(store_path: Path, session_id: str, action: FunctionCallAction) -
     store.save_result(key, event, owner=None)
     store.close()
     return key
+
+
+def run_cli(
+    *argv: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``openagentcore ARGV`` in a process of its own, as a person runs it: the
+    environment is this one's (or ``env``), with this checkout's sources importable."""
+    environment = dict(os.environ if env is None else env)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(SOURCES), environment.get("PYTHONPATH", "")])
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "openagentcore.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def one_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The single line a failure prints on stderr (nothing on stdout, no traceback)."""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "This is a bug" not in done.stderr, done.stderr
+    assert "\\n" not in lines[0], lines[0]
+    return lines[0]
