@@ -57,17 +57,37 @@ def save_result(store_path: Path, session_id: str, action: FunctionCallAction) -
     return key
 
 
-def run_cli(
-    *argv: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """``openagentcore ARGV`` in a process of its own, as a person runs it: the
-    environment is this one's (or ``env``), with this checkout's sources importable."""
+def cli_command(*argv: str, prelude: str = "") -> list[str]:
+    """The command line that runs ``openagentcore ARGV``; ``prelude`` is Python run
+    first in that process (to take a package away, say)."""
+    if not prelude:
+        return [sys.executable, "-m", "openagentcore.cli", *argv]
+    code = (
+        f"{prelude}\nimport sys\nfrom openagentcore.cli import main\nsys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-c", code, *argv]
+
+
+def cli_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment (or ``env``), with this checkout's sources first."""
     environment = dict(os.environ if env is None else env)
     environment["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(SOURCES), environment.get("PYTHONPATH", "")])
     )
+    return environment
+
+
+def run_cli(
+    *argv: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    prelude: str = "",
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """``openagentcore ARGV`` in a process of its own, as a person runs it."""
+    environment = cli_environment(env)
     return subprocess.run(
-        [sys.executable, "-m", "openagentcore.cli", *argv],
+        cli_command(*argv, prelude=prelude),
         capture_output=True,
         text=True,
         env=environment,
