@@ -603,10 +603,10 @@ def _open(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ResultSt
                 f"no result store at {spec}: {problem} (this command never creates one); "
                 "check --store",
             )
-        if not _is_sqlite_file(path):
+        reason = _not_a_store(path)
+        if reason is not None:
             raise CommandError(
-                EXIT_STORE,
-                f"{spec} is not a result store (not a SQLite database); check --store",
+                EXIT_STORE, f"{spec} is not a result store ({reason}); check --store"
             )
         from .store import SQLiteResultStore
 
@@ -618,15 +618,34 @@ def _open(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ResultSt
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
-def _is_sqlite_file(path: Path) -> bool:
-    """Whether ``path`` holds a SQLite database (or is empty, as a store never used is):
-    a mistyped path naming some other file is not a store to call damaged."""
+def _not_a_store(path: Path) -> str | None:
+    """Why the file at ``path`` is no result store, or ``None`` if it may be one: a
+    mistyped path naming some other file is not a store to call damaged, nor one to
+    add a table to. An empty file, or a database without tables, is a store never used."""
+    from .store._sqlite import _TABLE
+
     try:
         with path.open("rb") as file:
             head = file.read(len(_SQLITE_HEADER))
     except OSError:
-        return True  # unreadable: opening it says why
-    return head in (b"", _SQLITE_HEADER)
+        return None  # opening it says why
+    if head == b"":
+        return None
+    if head != _SQLITE_HEADER:
+        return "not a SQLite database"
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        ) as connection:
+            tables = {
+                row[0]
+                for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+    except sqlite3.Error:
+        return None  # opening it as a store says why
+    if tables and _TABLE not in tables:
+        return f"a SQLite database without the {_TABLE} table"
+    return None
 
 
 def _open_postgres(

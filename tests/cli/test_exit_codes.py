@@ -5,10 +5,12 @@ a process of its own, as a person does."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -170,6 +172,18 @@ def a_store_path_naming_a_text_file(world: World) -> subprocess.CompletedProcess
     return run_cli("calls", "list", "--store", str(notes))
 
 
+def a_store_path_naming_another_database(world: World) -> subprocess.CompletedProcess[str]:
+    other = world.tmp / "app.sqlite"
+    with contextlib.closing(sqlite3.connect(other)) as connection:
+        connection.execute("CREATE TABLE users (name TEXT)")
+        connection.commit()
+    done = run_cli("calls", "list", "--store", str(other))
+    with contextlib.closing(sqlite3.connect(other)) as connection:
+        tables = connection.execute("SELECT name FROM sqlite_master").fetchall()
+    assert tables == [("users",)], "the command added a table to another program's database"
+    return done
+
+
 def the_server_refuses_otherwise(world: World) -> subprocess.CompletedProcess[str]:
     refusal = api_error(422, "invalid_request", "no such thing")
     return _through_proxy(world, refusal, "pending", world.session_id)
@@ -222,7 +236,11 @@ CASES: dict[int, list[Case]] = {
     3: [no_api_key, a_wrong_api_key, a_base_url_without_a_scheme, psycopg_not_installed],
     4: [an_unknown_session],
     5: [an_unreachable_server, a_session_read_that_is_not_json],
-    6: [a_store_that_does_not_exist, a_store_path_naming_a_text_file],
+    6: [
+        a_store_that_does_not_exist,
+        a_store_path_naming_a_text_file,
+        a_store_path_naming_another_database,
+    ],
     7: [the_server_refuses_otherwise],
     70: [a_bug],
     130: [interrupted],
@@ -245,6 +263,7 @@ NAMED_IN_THE_ROW: dict[Case, str] = {
 #: What the one line must say for cases where the code alone was right before.
 NAMED_IN_THE_LINE: dict[Case, str] = {
     a_store_path_naming_a_text_file: "is not a result store",
+    a_store_path_naming_another_database: "is not a result store",
     psycopg_not_installed: "pip install 'openagentcore[postgres]'",
     a_base_url_without_a_scheme: "http://",
     dev_scenario_that_does_not_parse: "line 2",
