@@ -771,6 +771,9 @@ class RunnerCore:
             f"Session {session_id} no longer exists (deleted, or it belongs to another "
             "Project); stop serving it. Its saved results stay in the store."
         )
+        if isinstance(error, NotFoundError) and error.route_missing:
+            # Not the API saying the Session is gone: base_url names no API route.
+            message = f"Cannot serve Session {session_id}: {error.message}"
         for serve in self._serves_of(session_id):
             serve.fatal = RunnerError(message)
             serve.fatal.__cause__ = error

@@ -28,7 +28,7 @@ from . import _pump as pump
 from ._base import RunnerError, ServeTimeout, closed_before_the_end
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve, heeds
-from ._execution import call_async, call_sync
+from ._execution import ReturnedAwaitable, await_returned, call_async, call_sync
 from ._runtime import Future, Inbox, Lane, Runtime, Settable
 from ._serving_async import AsyncServing
 
@@ -57,6 +57,7 @@ class Driver(AsyncServing, abc.ABC):
         #: to cancel them.
         self._contexts: dict[CallKey, CallContext] = {}
         self._cancellable: dict[CallKey, Future[pump.FunctionOutcome]] = {}
+        self._function_tasks: dict[CallKey, Future[pump.FunctionOutcome]] = {}
 
     def _now(self) -> float:
         return self._rt.now()
@@ -199,6 +200,7 @@ class Driver(AsyncServing, abc.ABC):
     def _run_function(self, effect: pump.RunFunction) -> None:
         context = effect.context()
         task = self._rt.spawn(self._run(effect, context))
+        self._function_tasks[effect.key] = task
         if effect.function.is_async:
             self._cancellable[effect.key] = task
         self._contexts[effect.key] = context
@@ -255,7 +257,12 @@ class Driver(AsyncServing, abc.ABC):
             if effect.function.is_async:
                 return await call_async(effect, self._hooks, context)
             call = functools.partial(call_sync, effect, self._hooks, context)
-            return await self._rt.offload(Lane.FUNCTIONS, call)
+            returned = await self._rt.offload(Lane.FUNCTIONS, call)
+            if not isinstance(returned, ReturnedAwaitable):
+                return returned
+            # Awaited here, in the loop, and cancellable like a coroutine function.
+            self._cancellable[effect.key] = self._function_tasks[effect.key]
+            return await await_returned(effect, self._hooks, context, returned)
         except BaseException:
             # No result (SystemExit, or the runner closing): the call is in doubt; the
             # pump must hear of it all the same.
@@ -265,6 +272,7 @@ class Driver(AsyncServing, abc.ABC):
         finally:
             self._contexts.pop(effect.key, None)
             self._cancellable.pop(effect.key, None)
+            self._function_tasks.pop(effect.key, None)
 
     # -- following a serve's stream ----------------------------------------------------------
 

@@ -287,19 +287,29 @@ def owner_is_dead(owner: str) -> bool:
 
 def idempotency_key_for(key: CallKey) -> str:
     """The ``Idempotency-Key`` for submitting this call's result: the same on every retry,
-    on every host, and 68 bytes long (the server accepts up to 128)."""
-    joined = "\x1f".join((key.session_id, key.turn_id, key.call_id))
-    # surrogatepass: ids a server sent with a lone surrogate still get a key (the
-    # runner never answers such a call, but nothing that names it may raise).
-    return "oac-" + hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
+    on every host, and 68 bytes long (the server accepts up to 128).
+
+    Each id is length-prefixed before hashing, so no two calls share a key whatever
+    their ids hold. A claim stores the key in the call's record, and every submission
+    sends the stored one: a result saved by a version that derived keys differently
+    (earlier versions joined the ids with U+001F) is resubmitted under the key it was
+    first sent with.
+    """
+    digest = hashlib.sha256(b"openagentcore result\0")
+    for part in (key.session_id, key.turn_id, key.call_id):
+        # surrogatepass: ids a server sent with a lone surrogate still get a key (the
+        # runner never answers such a call, but nothing that names it may raise).
+        encoded = part.encode("utf-8", "surrogatepass")
+        digest.update(b"%d:" % len(encoded) + encoded)
+    return "oac-" + digest.hexdigest()
 
 
-def answer_idempotency_key(key: CallKey, answer: str) -> str:
+def answer_idempotency_key(record: CallRecord, answer: str) -> str:
     """The ``Idempotency-Key`` of a person's answer to a call whose saved result the
-    server refused: the call's key plus a digest of the answer, so that no key names two
-    bodies and sending the same answer again is a retry (86 bytes)."""
+    server refused: the call's stored key plus a digest of the answer, so that no key
+    names two bodies and sending the same answer again is a retry (86 bytes)."""
     digest = hashlib.sha256(answer.encode("utf-8", errors="surrogatepass")).hexdigest()
-    return f"{idempotency_key_for(key)}-m{digest[:16]}"
+    return f"{record.idempotency_key}-m{digest[:16]}"
 
 
 #: Prefix of the digest of arguments nested too deep for the JSON parser: those are hashed
