@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import httpx
+
 from .._errors import (
     APIConnectionError,
     APIError,
@@ -120,6 +122,8 @@ UNKNOWN_CALL_DELAY = 0.05
 #: posted again after this delay, doubling up to the cap. It stays saved meanwhile.
 POST_RETRY_DELAY = 0.2
 POST_RETRY_MAX_DELAY = 10.0
+#: A Session that cannot be read is logged at most once in this many seconds.
+READ_WARN_EVERY = 30.0
 #: While the store is unreachable, try it again after this many seconds, doubling up to
 #: the cap: a database restart takes seconds, and nothing is lost by waiting.
 STORE_RETRY_DELAY = 0.1
@@ -357,6 +361,8 @@ class _SessionView:
     reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
     #: When reads of the Session started failing to reach the server, if they do.
     unreachable_since: float | None = None
+    #: When a failed read of the Session was last logged.
+    read_warned_at: float = float("-inf")
     #: Session snapshots the stream brought, and how many it had when the read in
     #: flight was sent: a read must not undo a snapshot newer than itself.
     snapshots_streamed: int = 0
@@ -662,8 +668,20 @@ class RunnerCore:
             if isinstance(answer.error, NotFoundError):
                 self._session_gone(answer.session_id, answer.error)
                 return
-            # The server could not be read: try again after a poll interval.
-            logger.warning("Could not read Session %s: %s", answer.session_id, answer.error)
+            # The server could not be read: try again after a poll interval, saying so
+            # once in a while, not at every try.
+            if now - view.read_warned_at >= READ_WARN_EVERY:
+                view.read_warned_at = now
+                logger.warning(
+                    "Could not read Session %s from %s: %s (trying again every %g s%s)",
+                    answer.session_id,
+                    _url_of(answer.error),
+                    answer.error,
+                    self.poll_interval,
+                    ""
+                    if self.unreachable_timeout is None
+                    else f"; a serve that must end gives up after {self.unreachable_timeout:g} s",
+                )
             view.read_at = now + self.poll_interval
             self._server_failing(view, answer.error, now)
             return
@@ -700,11 +718,16 @@ class RunnerCore:
         )
         if view.unreachable_since is None:
             view.unreachable_since = now
-        if hopeless or (
-            self.unreachable_timeout is not None
-            and now - view.unreachable_since >= self.unreachable_timeout
-        ):
+        down = now - view.unreachable_since
+        if hopeless:
             self._end_serves(view, error)
+        elif self.unreachable_timeout is not None and down >= self.unreachable_timeout:
+            fatal = RunnerError(
+                f"The server at {_url_of(error)} kept failing for {down:.0f} s ({error}); "
+                "check that base_url points at the Agents API and that the server is healthy"
+            )
+            fatal.__cause__ = error
+            self._end_serves(view, fatal)
 
     def _end_serves(self, view: _SessionView, error: Exception) -> None:
         for serve in self._serves_of(view.session_id):
@@ -719,11 +742,7 @@ class RunnerCore:
         down = now - view.unreachable_since
         if self.unreachable_timeout is None or down < self.unreachable_timeout:
             return
-        url = (
-            "the server"
-            if error.request is None
-            else str(error.request.url.copy_with(username=None, password=None, query=None))
-        )
+        url = _url_of(error)
         fatal = APIConnectionError(
             request=error.request,
             message=f"Cannot reach {url} (tried for {down:.0f} s: {error}); check "
@@ -1670,3 +1689,11 @@ def _is_complete_call(event: ItemAddedEvent | ItemDoneEvent, item: FunctionCallI
     """A call can run once its arguments are final: on ``item.done``, or an
     ``item.added`` that already reads completed."""
     return isinstance(event, ItemDoneEvent) or item.status == "completed"
+
+
+def _url_of(error: Exception) -> str:
+    """The URL a failed request went to, without credentials or query, to name in logs."""
+    request = getattr(error, "request", None)
+    if not isinstance(request, httpx.Request):
+        return "the server"
+    return str(request.url.copy_with(username=None, password=None, query=None))
