@@ -240,7 +240,8 @@ class InDoubtDecision:
 
     @classmethod
     def rerun(cls) -> InDoubtDecision:
-        """Run the function again: only safe when repeating its effect is harmless."""
+        """Run the function again: only safe when repeating its effect is harmless.
+        Capped by the function's ``max_attempts``: past it, the call fails as in doubt."""
         return cls("rerun")
 
     @classmethod
@@ -1013,18 +1014,7 @@ class RunnerCore:
         function = call.function
         assert function is not None
         if function.idempotent:
-            if attempts < function.max_attempts:
-                self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)
-            else:
-                logger.warning(
-                    "Call %s of %s in Session %s is in doubt after %d attempts "
-                    "(max_attempts); failing it",
-                    call.key.call_id,
-                    call.name,
-                    call.key.session_id,
-                    attempts,
-                )
-                self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)
+            self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)  # capped there
         elif self.in_doubt_hook:
             self._move(call, Phase.DECIDING)
             self._effects.append(AskInDoubt(call.key, call.name, call.arguments, attempts))
@@ -1039,6 +1029,20 @@ class RunnerCore:
         self._decided(call, call.attempts, answer, now)
 
     def _decided(self, call: Call, attempts: int, answer: InDoubtAnswer, now: float) -> None:
+        function = call.function
+        if answer.kind == "rerun" and function is not None and attempts >= function.max_attempts:
+            # ``max_attempts`` caps every run, whoever asks for another: a function that
+            # kills its worker each time must not loop, whatever the hook answers.
+            logger.warning(
+                "Call %s of %s in Session %s was run %d times (max_attempts=%d); not "
+                "running it again as asked, failing it as outcome unknown",
+                call.key.call_id,
+                call.name,
+                call.key.session_id,
+                attempts,
+                function.max_attempts,
+            )
+            answer = InDoubtAnswer(call.key, "fail")
         logger.warning(
             "Call %s of %s in Session %s is in doubt (started, no saved result); resolving with %s",
             call.key.call_id,
