@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import pytest
 
-from openagentcore import CallContext
+from openagentcore import CallContext, Client
 from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import IN_DOUBT_ERROR, InDoubtCall, InDoubtDecision
 from openagentcore.runner._results import failure_event
@@ -73,7 +73,7 @@ class _StreamSwitch:
         return None
 
     def _rewrite(self, data: bytes) -> bytes:
-        if self.down.is_set() and not data.startswith(b"{"):  # an SSE line, not a JSON body
+        if self.down.is_set() and (data == b"" or data.startswith((b":", b"event:", b"data:"))):
             self.cut.set()
             raise ConnectionResetError("the test cuts the stream")
         return data
@@ -132,11 +132,16 @@ def test_a_turn_cancelled_while_the_stream_is_down_stops_its_calls(
     saw_cancel = threading.Event()
 
     def blip_and_cancel() -> None:
-        """Take the stream down, cancel the Turn, bring the stream back."""
+        """Take the stream down, cancel the Turn (straight to the emulator), bring the
+        stream back."""
         switch.down.set()
         assert switch.cut.wait(10), "the stream was never cut"
-        harness.client.sessions.events.create(session["id"], events=[InputCancelEvent()])
-        _wait_until(lambda: _turn_status(harness, session["id"]) == "cancelled", "the cancel")
+        with Client(api_key=core.api_key, base_url=core.base_url) as direct:
+            direct.sessions.events.create(session["id"], events=[InputCancelEvent()])
+            _wait_until(
+                lambda: direct.sessions.turns.list(session["id"]).data[0].status == "cancelled",
+                "the cancel",
+            )
         switch.down.clear()
 
     if flavour == "def":
