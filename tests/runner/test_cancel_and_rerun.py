@@ -24,6 +24,7 @@ from typing import Any, cast
 import pytest
 
 from openagentcore import CallContext, Client
+from openagentcore.cli import EXIT_OK, main
 from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import IN_DOUBT_ERROR, InDoubtCall, InDoubtDecision
 from openagentcore.runner._results import failure_event
@@ -411,12 +412,15 @@ def test_a_result_that_loses_to_another_workers_verdict_is_kept_as_late_outcome(
     shared_store: tuple[SQLiteResultStore, SQLiteResultStore],
     flavour: Flavour,
     caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     """While ``charge`` runs, another worker (sharing the SQLite store) judges the call
     in doubt and saves its policy's failure. The function then succeeds: the first saved
     result stands and is what the model gets, and the success must not vanish: it is
     kept as ``late_outcome``, with a WARNING naming the call."""
     mine, theirs = shared_store
+    shared_path = tmp_path / "calls.db"
     harness = make_harness(
         make_core(scenario=one_turn([FunctionCall("charge", {"order": "o1"})])), store=mine
     )
@@ -441,6 +445,9 @@ def test_a_result_that_loses_to_another_workers_verdict_is_kept_as_late_outcome(
     assert any(
         key.call_id in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records
     ), "no WARNING names the call whose result lost"
+    assert main(["calls", "list", "--store", str(shared_path)]) == EXIT_OK
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if key.call_id in line]
+    assert "finished after another worker settled it: succeeded" in line
 
 
 def test_a_result_saved_after_another_workers_in_doubt_mark_is_not_labelled_a_policy_answer(

@@ -17,6 +17,7 @@ no saved result is *in doubt* and is never run again unless its function is idem
 from __future__ import annotations
 
 import enum
+import json
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
@@ -297,6 +298,9 @@ class Call:
     #: False when the store refused its ids for good: its failure is posted unsaved
     #: (the same bytes every time) and no progress mark is written for it.
     recorded: bool = True
+    #: The result being saved is what its function returned (or raised): if another
+    #: worker's verdict was saved first, it is kept as the late outcome.
+    run_result: bool = False
     #: Reads of its Session sent before this runner learned of the call: a later read
     #: that shows the Session idle proves its Turn ended (see ``_on_turns_ended``).
     known_at_read: int = 0
@@ -1192,6 +1196,7 @@ class RunnerCore:
         if outcome.event.get("success") is False:
             self._count(session, "function_errors")
         self._save(call, outcome.event, self.owner, now)
+        call.run_result = outcome.ran
 
     def _release_unrun(self, session_id: str, now: float) -> None:
         """Claims of a Session no serve follows any more, whose functions never started."""
@@ -1214,11 +1219,14 @@ class RunnerCore:
     def _save(self, call: Call, event: dict[str, Any], owner: str | None, now: float) -> None:
         self._move(call, Phase.SAVING)
         call.event = event
+        call.run_result = False
         self._emit(call, SaveResult(call.key, event, owner), now)
 
     def _on_saved(self, call: Call, record: CallRecord, now: float) -> None:
         call.lease_held = False
-        call.event = None
+        attempted, call.event = call.event, None
+        if call.run_result and attempted is not None and not _same_result(record, attempted):
+            self._lost_race(call, attempted, record)
         if not record.has_result():
             if cleared_to_rerun(record):
                 # A person cleared it to run again before the policy's answer landed.
@@ -1232,6 +1240,22 @@ class RunnerCore:
             return
         call.record = record
         self._enter(call, Phase.READY, now)
+
+    def _lost_race(self, call: Call, outcome: dict[str, Any], record: CallRecord) -> None:
+        """The function finished, but another worker's verdict on its call (marked in
+        doubt and answered, or settled) was saved first: the first saved result is what
+        the model gets. The function's own is kept beside it, as after a timeout."""
+        logger.warning(
+            "Call %s of %s in Session %s finished, but another worker had settled it "
+            "first (%s); its result was not sent, and is kept in the result store as its "
+            "late outcome: %s",
+            call.key.call_id,
+            call.name,
+            call.key.session_id,
+            record.settled_by or record.state.value,
+            outcome,
+        )
+        self._effects.append(KeepLateOutcome(call.key, outcome))
 
     # -- submitting --------------------------------------------------------------------------
 
@@ -1702,6 +1726,15 @@ def _terminal_status(event: TerminalTurnEvent) -> str:
     """``completed`` from ``agent.session.turn.completed``, when the event has no Turn."""
     kind: str = getattr(event, "type", "")
     return kind.rsplit(".", 1)[-1]
+
+
+def _same_result(record: CallRecord, event: dict[str, Any]) -> bool:
+    """Whether ``record`` holds ``event`` (as saved: the store keeps its JSON)."""
+    if record.result == event:
+        return True
+    return record.result is not None and json.dumps(record.result, sort_keys=True) == json.dumps(
+        event, sort_keys=True
+    )
 
 
 def _turn_over(view: _SessionView, turn_id: str) -> bool:
