@@ -203,7 +203,7 @@ def _seed_attempts(store: MemoryResultStore, key: CallKey, attempts: int) -> Non
     record = store.get(key)
     assert record is not None
     assert record.attempts == attempts
-    _wait_until(lambda: store.is_stale(store.get(key)), "the lease to lapse")  # type: ignore[arg-type]
+    _wait_until(lambda: store.is_stale(record), "the lease to lapse")
 
 
 def test_on_in_doubt_rerun_is_capped_by_max_attempts(

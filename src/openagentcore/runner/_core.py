@@ -196,6 +196,8 @@ _ANSWERED_IN: dict[type, Phase] = {
 #: Phases in which nothing was done for the call yet.
 _WATCHED = frozenset({Phase.QUEUED, Phase.READY, Phase.BACKOFF})
 _NOT_STARTED = frozenset({Phase.CLAIMING, Phase.LOOKING})
+#: Phases of a call whose function has not ended: a Turn found over stops them.
+_UNANSWERED = _NOT_STARTED | {Phase.TAKING_OVER, Phase.QUEUED, Phase.RUNNING}
 #: Saved results wait (up to ``BATCH_LINGER``) for calls of their Session in these.
 _LINGER_FOR = _NOT_STARTED | {Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
 #: Outcomes that do not settle a call: a later announcement decides it afresh.
@@ -718,7 +720,7 @@ class RunnerCore:
             turn_id = call.key.turn_id
             if call.known_at_read >= view.reads_sent or _turn_over(view, turn_id):
                 continue
-            if call.phase in (Phase.RUNNING, Phase.QUEUED) or call.phase in _NOT_STARTED:
+            if call.phase in _UNANSWERED:
                 logger.info(
                     "Turn %s of Session %s ended while call %s was not answered; it is "
                     "no longer required and will not run (or is asked to stop)",
