@@ -25,7 +25,7 @@ import pytest
 
 from openagentcore import CallContext, Client
 from openagentcore.cli import EXIT_OK, main
-from openagentcore.local import FunctionCall, LocalCore
+from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner import IN_DOUBT_ERROR, InDoubtCall, InDoubtDecision
 from openagentcore.runner._results import failure_event
 from openagentcore.store import (
@@ -35,7 +35,7 @@ from openagentcore.store import (
     SQLiteResultStore,
     arguments_hash,
 )
-from openagentcore.types import InputCancelEvent
+from openagentcore.types import InputCancelEvent, InputMessageEvent
 
 from ._hostile import HostileProxy, api_error
 from ._support import PAIRED, CallLog, Flavour, Harness, applied_calls, flavoured, one_turn
@@ -183,6 +183,74 @@ def test_a_turn_cancelled_while_the_stream_is_down_stops_its_calls(
     assert report.reconnects >= 1
     never_ran = [CallKey(session_id, a.turn_id, a.call_id) for a in pending[1:]]
     assert [store.get(key) for key in never_ran] == [None, None], "claims not given back"
+
+
+def test_run_turn_learns_its_turn_was_cancelled_from_reading_it(
+    make_core: MakeCore,
+    make_harness: MakeHarness,
+    proxy: Callable[[LocalCore], HostileProxy],
+    flavour: Flavour,
+) -> None:
+    """``run_turn``'s Turn is cancelled while the stream is down, and by the time it
+    comes back the user has started another Turn, which waits on a function this runner
+    does not serve: the Session read on reconnect is busy, not idle, so only the read of
+    ``run_turn``'s own Turn shows the cancel. The running function must be stopped."""
+    turns = [
+        TurnScript(answer="hello"),
+        TurnScript(steps=[(FunctionCall("ship", {"n": 0}),)]),
+        TurnScript(steps=[(FunctionCall("approve", {}),)]),
+    ]
+    core = make_core(scenario=Scenario(turns=turns))
+    switch = _StreamSwitch(via := proxy(core))
+    harness = make_harness(cast("LocalCore", _Upstream(via.base_url, core.api_key)))
+    saw_cancel = threading.Event()
+    session: dict[str, str] = {}
+
+    def blip_cancel_and_go_on() -> None:
+        """Stream down; cancel the Turn; start the next one; stream up."""
+        switch.down.set()
+        assert switch.cut.wait(10), "the stream was never cut"
+        with Client(api_key=core.api_key, base_url=core.base_url) as direct:
+            sessions = direct.sessions
+            sessions.events.create(session["id"], events=[InputCancelEvent()])
+            _wait_until(lambda: sessions.retrieve(session["id"]).status == "idle", "the cancel")
+            sessions.events.create(session["id"], events=[InputMessageEvent.from_text("next")])
+            _wait_until(
+                lambda: sessions.retrieve(session["id"]).status == "requires_action",
+                "the next Turn to ask for approval",
+            )
+        switch.down.clear()
+
+    if flavour == "def":
+
+        @harness.runner.function
+        def ship(n: int, ctx: CallContext) -> str:
+            """Ship an order; its Turn is cancelled meanwhile."""
+            blip_cancel_and_go_on()
+            if ctx.cancelled.wait(15):
+                saw_cancel.set()
+                return "stopped"
+            return "shipped"
+
+    else:
+
+        @harness.runner.function
+        async def ship(n: int) -> str:
+            """Ship an order; its Turn is cancelled meanwhile."""
+            try:
+                await asyncio.to_thread(blip_cancel_and_go_on)
+                await asyncio.sleep(15)
+            except asyncio.CancelledError:
+                saw_cancel.set()
+                raise
+            return "shipped"
+
+    session["id"] = harness.create_session("hi")  # its first Turn only answers
+    _wait_until(lambda: harness.client.sessions.retrieve(session["id"]).status == "idle", "hi")
+    result = harness.run_turn(session["id"], "go", timeout=40)
+
+    assert saw_cancel.is_set(), "the running function never learned its Turn was cancelled"
+    assert result.status == "cancelled"
 
 
 # -- 2. on_in_doubt's rerun is capped by max_attempts ---------------------------------
