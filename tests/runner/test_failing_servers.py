@@ -124,7 +124,9 @@ def _serve(kind: Kind, base_url: str, how: str, **options: Any) -> BaseException
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(_RETURNS_WITHIN)
-    assert outcome, f"the serve did not return within {_RETURNS_WITHIN:g} s against a failing server"
+    assert outcome, (
+        f"the serve did not return within {_RETURNS_WITHIN:g} s against a failing server"
+    )
     return outcome[0]
 
 

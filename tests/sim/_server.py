@@ -249,6 +249,9 @@ class Server:
     def _cancel(self, session: ServerSession, turn: ServerTurn) -> None:
         if turn.status != "waiting" or not self.world.chaos:
             return
+        if self.world.chance(self.world.faults.cancel_unseen):
+            for stream in list(session.streams):  # the cancel happens while they are down
+                self.drop(stream)
         turn.pending.clear()
         turn.status = "cancelled"
         turn.cancelled_at = self.world.now

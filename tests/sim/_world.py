@@ -114,6 +114,8 @@ class Faults:
     unstorable_id: float = 0.0
     #: ``on_in_doubt`` hooks that block their thread for seconds.
     slow_hook: float = 0.0
+    #: Turns cancelled while the streams of their Session are down.
+    cancel_unseen: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -138,6 +140,7 @@ class Faults:
             early_announce=p(0.3),
             unstorable_id=p(0.2),
             slow_hook=p(0.8),
+            cancel_unseen=p(1.0),
         )
 
 
@@ -663,10 +666,12 @@ class SimWorker:
                 result = await runner.run_turn(session_id, "Go on.", timeout=timeout)
             except (ServeTimeout, APIError):
                 pass
-            except RunnerError:
-                # Only a server that failed every request may end it so (every admitted
-                # input shows a Turn): its stream was given up on.
-                if not world.failed_between(began, world.now):
+            except RunnerError as error:
+                # Only a server that kept failing may end it so (every admitted input
+                # shows a Turn): its stream, its reads or its posts were given up on.
+                if not (
+                    world.failed_between(began, world.now) or isinstance(error.__cause__, APIError)
+                ):
                     raise
             else:
                 world.server.check_turn_result(result)
