@@ -55,6 +55,8 @@ class Resolution:
     settled_by: str
     #: The record as stored afterwards.
     record: CallRecord
+    #: The ``tool_result`` event saved or sent to the server; ``None`` for a rerun.
+    answer: dict[str, Any] | None
 
 
 class _Unset:
@@ -114,7 +116,7 @@ def resolve_call(
     if record.state is not CallState.REJECTED:
         settled = store.settle_by_hand(key, event, settled_by=settled_by)
         action: ResolutionAction = "cleared_to_rerun" if event is None else "saved"
-        return Resolution(key, action, settled_by, settled)
+        return Resolution(key, action, settled_by, settled, event)
     if event is None:
         raise InvalidTransitionError(
             f"call {key.call_id!r} is rejected: the server refused its result, so running "
@@ -126,7 +128,7 @@ def resolve_call(
             "pass client= (an openagentcore.Client)"
         )
     answered = _answer_refused(store, record, event, settled_by, client)
-    return Resolution(key, "answered", settled_by, answered)
+    return Resolution(key, "answered", settled_by, answered, event)
 
 
 def _answer(key: CallKey, output: object, failed: str | None) -> tuple[dict[str, Any] | None, str]:
