@@ -732,7 +732,8 @@ def _moment(timestamp: float) -> datetime.datetime | None:
 
 def _record_json(record: CallRecord, *, in_doubt: bool) -> dict[str, object]:
     """``in_doubt``: whether the call is in doubt now (marked so, or started without a
-    result by an owner that is gone); ``in_doubt_at``/``settled_by`` keep its history.
+    result by an owner that is gone); ``in_doubt_at``/``settled_by`` keep its history,
+    ``history`` each decision a person took (``calls resolve``).
     ``late_outcome``: what the function produced after its timeout (never sent)."""
     return {
         "session_id": record.key.session_id,
@@ -752,7 +753,14 @@ def _record_json(record: CallRecord, *, in_doubt: bool) -> dict[str, object]:
         "result": record.result,
         "late_outcome": record.late_outcome,
         "late_at": None if record.late_at is None else _iso(record.late_at),
+        "history": [_decision_json(entry) for entry in record.history],
     }
+
+
+def _decision_json(entry: dict[str, Any]) -> dict[str, Any]:
+    """A decision by hand from ``record.history``, its time shown as the others are."""
+    at = entry.get("at")
+    return {**entry, "at": _iso(at)} if isinstance(at, (int, float)) else dict(entry)
 
 
 def _print_json(document: object) -> None:
@@ -849,6 +857,13 @@ def _print_record(record: dict[str, Any]) -> None:
     if record["late_outcome"] is not None:
         late = f"{_outcome(record['late_outcome'])} (at {_shown_time(record['late_at'])}, not sent)"
         fields.append(("after timeout", late))
+    for entry in record["history"]:
+        owner = entry.get("owner") or "no owner"
+        decided = (
+            f"{entry.get('settled_by')} at {_shown_time(entry.get('at'))}, on attempt "
+            f"{entry.get('attempts')} ({entry.get('state')}, {owner})"
+        )
+        fields.append(("decided", decided))
     for name, value in fields:
         _say(f"  {name + ':':15}{value}")
 
