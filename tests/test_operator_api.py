@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from openagentcore import (
+    AsyncClient,
     Client,
     ConflictError,
     FunctionRunner,
@@ -43,7 +44,10 @@ class Emulated:
     """A Session of the emulator waiting on one ``refund`` call, and a store to resolve
     it in."""
 
-    def __init__(self, client: Client, store: ResultStore, session_id: str) -> None:
+    def __init__(
+        self, core: LocalCore, client: Client, store: ResultStore, session_id: str
+    ) -> None:
+        self.core = core
         self.client = client
         self.store = store
         action = _pending_call(client, session_id)
@@ -96,7 +100,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Emulated]:
     client = Client(base_url=core.base_url, api_key=core.api_key)
     try:
         session = client.sessions.create(agent={"model": "scripted", "tools": [TOOL]}, input="go")
-        yield Emulated(client, store, session.id)
+        yield Emulated(core, client, store, session.id)
     finally:
         client.close()
         core.stop()
@@ -394,3 +398,18 @@ def test_an_answer_to_a_refused_result_is_kept_in_the_history(world: Emulated) -
     answered = resolve_call(world.store, world.key, output="mine", client=world.client).record
 
     assert _decisions(answered) == [("manual:output", "rejected", 1, FIRST_OWNER)]
+
+
+@pytest.mark.anyio
+async def test_an_async_client_is_refused_before_the_record_says_answered(
+    world: Emulated,
+) -> None:
+    """An AsyncClient's ``create`` returns a coroutine: nothing is sent until it is
+    awaited, so the call must stay rejected, not be settled as answered."""
+    _refused(world)
+    before = world.store.get(world.key)
+    async with AsyncClient(base_url=world.core.base_url, api_key=world.core.api_key) as client:
+        with pytest.raises(TypeError, match="must be a Client"):
+            resolve_call(world.store, world.key, output="mine", client=client)  # type: ignore[arg-type]
+
+    assert world.store.get(world.key) == before

@@ -7,6 +7,7 @@ command's rules are the ones the simulator checks.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -85,9 +86,11 @@ def resolve_call(
       gone): ``output`` and ``failed`` save a result that the next ``serve`` or
       ``recover`` of its Session submits; ``rerun`` leaves it in doubt, cleared to run
       again, and the next runner serving its function runs it. The record keeps its
-      history (``in_doubt_at``, the attempt count and who ran the lost attempt).
+      history: ``in_doubt_at``, the attempt count, and each decision in ``history``
+      (with who ran the attempt it was about).
     - A ``rejected`` call (the server refused its saved result): ``output`` or
-      ``failed`` is sent to the server at once through ``client``, under an idempotency
+      ``failed`` is sent to the server at once through ``client`` (a
+      :class:`~openagentcore.Client`), under an idempotency
       key of its own (calling again with the same answer is a retry), then the record is
       settled (``abandoned``), keeping the refused result. ``rerun`` is refused: the
       function already ran, and its result was the problem.
@@ -158,11 +161,19 @@ def _answer_refused(
     its record. The store's result is never replaced: a worker that read it before the
     refusal may still post it, and the server would then hold it."""
     key = record.key
-    client.sessions.events.create(
+    sent = client.sessions.events.create(
         key.session_id,
         events=[event],
         idempotency_key=answer_idempotency_key(record, encode_result(event)),
     )
+    if inspect.isawaitable(sent):
+        # An AsyncClient's request has not been sent: the record must not say it was.
+        if inspect.iscoroutine(sent):
+            sent.close()
+        raise TypeError(
+            "client must be a Client: an AsyncClient only sends the answer when awaited, "
+            "and resolve_call does not await; call it from a thread with a Client"
+        )
     assert isinstance(store, StoreBase)
     try:
         return store.settle_refused_by_hand(key, settled_by=settled_by)
