@@ -123,7 +123,8 @@ def resolve_call(
     if event is None:
         raise InvalidTransitionError(
             f"call {key.call_id!r} is rejected: the server refused its result, so running "
-            "the function again would not help; answer it with output or failed"
+            "the function again would not help; answer it instead (output or failed; "
+            "--output or --failed on the command line)"
         )
     if client is None:
         raise InvalidTransitionError(
