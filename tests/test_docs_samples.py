@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pydantic_core
 import pytest
 import yaml
 
@@ -153,12 +154,12 @@ _EXCEPTION_NAME = re.compile(r"`(?P<name>[A-Z][A-Za-z]*(?:Error|Timeout|Exceptio
 
 def _named_exceptions() -> set[str]:
     """Exception classes the prose names bare (``asyncio.CancelledError`` is dotted, so
-    not ours), without Python's own and httpx's."""
+    not ours), without Python's own, httpx's and pydantic's."""
     names = set()
     for page in PAGES:
         for match in _EXCEPTION_NAME.finditer(page.read_text()):
             name = match.group("name")
-            if not hasattr(builtins, name) and not hasattr(httpx, name):
+            if not any(hasattr(module, name) for module in (builtins, httpx, pydantic_core)):
                 names.add(name)
     return names
 

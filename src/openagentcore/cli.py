@@ -803,7 +803,12 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             note = f"  (was in doubt; settled by {record.settled_by})"
         if record.late_outcome is not None:
             how = "succeeded" if record.late_outcome.get("success") is True else "failed"
-            note += f"  (finished after its timeout: {how}; see calls show)"
+            # Its result came from an answer to the doubt, not from this run's timeout.
+            answered = record.settled_by in ("failed", "result") or (
+                record.settled_by or ""
+            ).startswith("manual:")
+            when = "after another worker settled it" if answered else "after its timeout"
+            note += f"  (finished {when}: {how}; see calls show)"
         _say(
             f"{_when(record.updated_at):19}  {record.state.value:9}  {record.attempts:>5}  "
             f"{record.function_name[:24]:24}  {record.key.session_id} / {record.key.call_id}"

@@ -17,11 +17,14 @@ no saved result is *in doubt* and is never run again unless its function is idem
 from __future__ import annotations
 
 import enum
+import json
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import httpx
 
 from .._errors import (
     APIConnectionError,
@@ -120,6 +123,8 @@ UNKNOWN_CALL_DELAY = 0.05
 #: posted again after this delay, doubling up to the cap. It stays saved meanwhile.
 POST_RETRY_DELAY = 0.2
 POST_RETRY_MAX_DELAY = 10.0
+#: A Session that cannot be read is logged at most once in this many seconds.
+READ_WARN_EVERY = 30.0
 #: While the store is unreachable, try it again after this many seconds, doubling up to
 #: the cap: a database restart takes seconds, and nothing is lost by waiting.
 STORE_RETRY_DELAY = 0.1
@@ -195,6 +200,8 @@ _ANSWERED_IN: dict[type, Phase] = {
 #: Phases in which nothing was done for the call yet.
 _WATCHED = frozenset({Phase.QUEUED, Phase.READY, Phase.BACKOFF})
 _NOT_STARTED = frozenset({Phase.CLAIMING, Phase.LOOKING})
+#: Phases of a call whose function has not ended: a Turn found over stops them.
+_UNANSWERED = _NOT_STARTED | {Phase.TAKING_OVER, Phase.QUEUED, Phase.RUNNING}
 #: Saved results wait (up to ``BATCH_LINGER``) for calls of their Session in these.
 _LINGER_FOR = _NOT_STARTED | {Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
 #: Outcomes that do not settle a call: a later announcement decides it afresh.
@@ -240,7 +247,8 @@ class InDoubtDecision:
 
     @classmethod
     def rerun(cls) -> InDoubtDecision:
-        """Run the function again: only safe when repeating its effect is harmless."""
+        """Run the function again: only safe when repeating its effect is harmless.
+        Capped by the function's ``max_attempts``: past it, the call fails as in doubt."""
         return cls("rerun")
 
     @classmethod
@@ -296,6 +304,12 @@ class Call:
     #: False when the store refused its ids for good: its failure is posted unsaved
     #: (the same bytes every time) and no progress mark is written for it.
     recorded: bool = True
+    #: The result being saved is what its function returned (or raised): if another
+    #: worker's verdict was saved first, it is kept as the late outcome.
+    run_result: bool = False
+    #: Reads of its Session sent before this runner learned of the call: a later read
+    #: that shows the Session idle proves its Turn ended (see ``_on_turns_ended``).
+    known_at_read: int = 0
     #: Why the call is ``DONE`` (for reports and tests).
     outcome: str = ""
 
@@ -357,6 +371,8 @@ class _SessionView:
     reported_actions: OrderedDict[str, None] = field(default_factory=OrderedDict)
     #: When reads of the Session started failing to reach the server, if they do.
     unreachable_since: float | None = None
+    #: When a failed read of the Session was last logged.
+    read_warned_at: float = float("-inf")
     #: Session snapshots the stream brought, and how many it had when the read in
     #: flight was sent: a read must not undo a snapshot newer than itself.
     snapshots_streamed: int = 0
@@ -366,9 +382,16 @@ class _SessionView:
     #: snapshot shows (the call may have been settled meanwhile).
     snapshots: int = 0
     refused: dict[CallKey, int] = field(default_factory=dict)
-    #: Turns the stream showed cancelled: their calls never start, even when a Session
-    #: read taken before the cancel still lists them.
+    #: Turns the stream or a Turn read showed cancelled: their calls never start, even
+    #: when a Session read taken before the cancel still lists them, and their results
+    #: are kept but not posted (the server would refuse them).
     cancelled_turns: set[str] = field(default_factory=set)
+    #: Turns a Session read showed over (the Session idle while this runner held one of
+    #: their calls): their calls never start; their results are still posted, for the
+    #: server to say whether it holds another.
+    ended_turns: set[str] = field(default_factory=set)
+    #: Reads of the Session sent so far (the one in flight is the last).
+    reads_sent: int = 0
     #: Batches of results posted and not yet answered: one at a time, so results that
     #: are saved meanwhile go together in the next (8 parallel calls: a few POSTs, not 8).
     posting: int = 0
@@ -644,8 +667,11 @@ class RunnerCore:
     def _cancel_turn(self, session_id: str, turn_id: str, now: float) -> None:
         """The Turn was cancelled: its running functions are asked to stop, and its
         claims whose functions have not started are given back: they never run."""
-        view = self._view(session_id)
-        view.cancelled_turns.add(turn_id)
+        self._view(session_id).cancelled_turns.add(turn_id)
+        self._stop_turn(session_id, turn_id, now)
+
+    def _stop_turn(self, session_id: str, turn_id: str, now: float) -> None:
+        """The Turn takes no more results: stop its functions, give back its claims."""
         for call in self._calls_of(session_id):
             if call.key.turn_id != turn_id:
                 continue
@@ -662,13 +688,29 @@ class RunnerCore:
             if isinstance(answer.error, NotFoundError):
                 self._session_gone(answer.session_id, answer.error)
                 return
-            # The server could not be read: try again after a poll interval.
-            logger.warning("Could not read Session %s: %s", answer.session_id, answer.error)
+            # The server could not be read: try again after a poll interval, saying so
+            # once in a while, not at every try.
+            if now - view.read_warned_at >= READ_WARN_EVERY:
+                view.read_warned_at = now
+                logger.warning(
+                    "Could not read Session %s from %s: %s (trying again every %g s%s)",
+                    answer.session_id,
+                    _url_of(answer.error),
+                    answer.error,
+                    self.poll_interval,
+                    ""
+                    if self.unreachable_timeout is None
+                    else f"; a serve that must end gives up after {self.unreachable_timeout:g} s",
+                )
             view.read_at = now + self.poll_interval
             self._server_failing(view, answer.error, now)
             return
         view.unreachable_since = None
         assert answer.session is not None
+        if answer.turn is not None and answer.turn.status == "cancelled":
+            self._cancel_turn(answer.session_id, answer.turn.id, now)
+        if answer.session.status in _TERMINAL_STATUSES:
+            self._on_turns_ended(view, now)
         for serve in self._serves_of(answer.session_id):
             if (
                 answer.turn is not None
@@ -685,6 +727,28 @@ class RunnerCore:
         # the read may predate it (an idle Session read as in progress), and nothing
         # would come to correct it, so the streamed snapshot stands.
 
+    def _on_turns_ended(self, view: _SessionView, now: float) -> None:
+        """A read shows the Session idle (or failed): no Turn is open, so every Turn
+        whose call this runner knew of before the read was sent has ended, however its
+        end reached the server (a cancel while the stream was down, say). Those calls
+        are no longer required: running ones are asked to stop, claims not started are
+        given back. Only a read sent after the call was known proves it; an older read
+        may show the Session idle from before the call's Turn began."""
+        for call in self._calls_of(view.session_id):
+            turn_id = call.key.turn_id
+            if call.known_at_read >= view.reads_sent or _turn_over(view, turn_id):
+                continue
+            if call.phase in _UNANSWERED:
+                logger.info(
+                    "Turn %s of Session %s ended while call %s was not answered; it is "
+                    "no longer required and will not run (or is asked to stop)",
+                    turn_id,
+                    view.session_id,
+                    call.key.call_id,
+                )
+                view.ended_turns.add(turn_id)
+                self._stop_turn(view.session_id, turn_id, now)
+
     def _server_failing(self, view: _SessionView, error: Exception, now: float) -> None:
         """A read or a POST of the Session failed. Serves that must end (all but
         ``forever``) end with the error at once when retrying cannot help (the key or the
@@ -700,11 +764,16 @@ class RunnerCore:
         )
         if view.unreachable_since is None:
             view.unreachable_since = now
-        if hopeless or (
-            self.unreachable_timeout is not None
-            and now - view.unreachable_since >= self.unreachable_timeout
-        ):
+        down = now - view.unreachable_since
+        if hopeless:
             self._end_serves(view, error)
+        elif self.unreachable_timeout is not None and down >= self.unreachable_timeout:
+            fatal = RunnerError(
+                f"The server at {_url_of(error)} kept failing for {down:.0f} s ({error}); "
+                "check that base_url points at the Agents API and that the server is healthy"
+            )
+            fatal.__cause__ = error
+            self._end_serves(view, fatal)
 
     def _end_serves(self, view: _SessionView, error: Exception) -> None:
         for serve in self._serves_of(view.session_id):
@@ -719,11 +788,7 @@ class RunnerCore:
         down = now - view.unreachable_since
         if self.unreachable_timeout is None or down < self.unreachable_timeout:
             return
-        url = (
-            "the server"
-            if error.request is None
-            else str(error.request.url.copy_with(username=None, password=None, query=None))
-        )
+        url = _url_of(error)
         fatal = APIConnectionError(
             request=error.request,
             message=f"Cannot reach {url} (tried for {down:.0f} s: {error}); check "
@@ -815,7 +880,7 @@ class RunnerCore:
             return
         if all(serve.stopping for serve in self._serves_of(pending.key.session_id)):
             return  # stopping: leave new calls pending for the next serve
-        if pending.key.turn_id in self._view(pending.key.session_id).cancelled_turns:
+        if _turn_over(self._view(pending.key.session_id), pending.key.turn_id):
             return  # a read from before the cancel: the Turn takes no result
         function = self.registry.get(pending.name)
         call = Call(pending.key, pending.name, pending.arguments, function, Phase.LOOKING)
@@ -823,6 +888,7 @@ class RunnerCore:
         view = self._view(pending.key.session_id)
         view.calls[pending.key] = call
         view.unsettled.add(pending.key)
+        call.known_at_read = view.reads_sent
         if not _sendable(pending.key):
             logger.error(
                 "Call %r of Session %s has ids that cannot be sent back as UTF-8 (a lone "
@@ -923,9 +989,9 @@ class RunnerCore:
             self._save(call, failure_event(call.key, error), self.owner, now)
             return
         view = self._view(call.key.session_id)
-        if not self._serves_of(call.key.session_id) or call.key.turn_id in view.cancelled_turns:
-            # Its serve ended, or its Turn was cancelled, while the claim was on its
-            # way: nobody will run it.
+        if not self._serves_of(call.key.session_id) or _turn_over(view, call.key.turn_id):
+            # Its serve ended, or its Turn was cancelled or ended, while the claim was on
+            # its way: nobody will run it.
             self._give_back(call, now)
             return
         self._enter(call, Phase.QUEUED, now)
@@ -1016,18 +1082,7 @@ class RunnerCore:
         function = call.function
         assert function is not None
         if function.idempotent:
-            if attempts < function.max_attempts:
-                self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)
-            else:
-                logger.warning(
-                    "Call %s of %s in Session %s is in doubt after %d attempts "
-                    "(max_attempts); failing it",
-                    call.key.call_id,
-                    call.name,
-                    call.key.session_id,
-                    attempts,
-                )
-                self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)
+            self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)  # capped there
         elif self.in_doubt_hook:
             self._move(call, Phase.DECIDING)
             self._effects.append(AskInDoubt(call.key, call.name, call.arguments, attempts))
@@ -1042,6 +1097,20 @@ class RunnerCore:
         self._decided(call, call.attempts, answer, now)
 
     def _decided(self, call: Call, attempts: int, answer: InDoubtAnswer, now: float) -> None:
+        function = call.function
+        if answer.kind == "rerun" and function is not None and attempts >= function.max_attempts:
+            # ``max_attempts`` caps every run, whoever asks for another: a function that
+            # kills its worker each time must not loop, whatever the hook answers.
+            logger.warning(
+                "Call %s of %s in Session %s was run %d times (max_attempts=%d); not "
+                "running it again as asked, failing it as outcome unknown",
+                call.key.call_id,
+                call.name,
+                call.key.session_id,
+                attempts,
+                function.max_attempts,
+            )
+            answer = InDoubtAnswer(call.key, "fail")
         logger.warning(
             "Call %s of %s in Session %s is in doubt (started, no saved result); resolving with %s",
             call.key.call_id,
@@ -1151,6 +1220,7 @@ class RunnerCore:
         if outcome.event.get("success") is False:
             self._count(session, "function_errors")
         self._save(call, outcome.event, self.owner, now)
+        call.run_result = outcome.ran
 
     def _release_unrun(self, session_id: str, now: float) -> None:
         """Claims of a Session no serve follows any more, whose functions never started."""
@@ -1173,11 +1243,14 @@ class RunnerCore:
     def _save(self, call: Call, event: dict[str, Any], owner: str | None, now: float) -> None:
         self._move(call, Phase.SAVING)
         call.event = event
+        call.run_result = False
         self._emit(call, SaveResult(call.key, event, owner), now)
 
     def _on_saved(self, call: Call, record: CallRecord, now: float) -> None:
         call.lease_held = False
-        call.event = None
+        attempted, call.event = call.event, None
+        if call.run_result and attempted is not None and not _same_result(record, attempted):
+            self._lost_race(call, attempted, record)
         if not record.has_result():
             if cleared_to_rerun(record):
                 # A person cleared it to run again before the policy's answer landed.
@@ -1192,14 +1265,32 @@ class RunnerCore:
         call.record = record
         self._enter(call, Phase.READY, now)
 
+    def _lost_race(self, call: Call, outcome: dict[str, Any], record: CallRecord) -> None:
+        """The function finished, but another worker's verdict on its call (marked in
+        doubt and answered, or settled) was saved first: the first saved result is what
+        the model gets. The function's own is kept beside it, as after a timeout."""
+        logger.warning(
+            "Call %s of %s in Session %s finished, but another worker had settled it "
+            "first (%s); its result was not sent, and is kept in the result store as its "
+            "late outcome: %s",
+            call.key.call_id,
+            call.name,
+            call.key.session_id,
+            record.settled_by or record.state.value,
+            outcome,
+        )
+        self._effects.append(KeepLateOutcome(call.key, outcome))
+
     # -- submitting --------------------------------------------------------------------------
 
     def _take_batches(self, now: float) -> None:
         by_session: dict[str, list[Call]] = {}
-        for call in self._watch.values():
+        for call in list(self._watch.values()):
             if call.phase is Phase.READY or (
                 call.phase is Phase.BACKOFF and call.not_before <= now
             ):
+                if self._cancelled_unsent(call, now):
+                    continue
                 by_session.setdefault(call.key.session_id, []).append(call)
         for session_id, calls in by_session.items():
             if self._view(session_id).posting or self._lingering(session_id, calls, now):
@@ -1213,6 +1304,25 @@ class RunnerCore:
                 records = tuple(call.record for call in chunk if call.record is not None)
                 self._effects.append(PostResults(Batch(session_id, records)))
                 self._view(session_id).posting += 1
+
+    def _cancelled_unsent(self, call: Call, now: float) -> bool:
+        """A saved result of a Turn known cancelled, never sent (or only refused as too
+        early): the Turn takes no result any more, so it is not posted, only to be
+        refused with a 409. It stays saved; the record is marked ``abandoned``, as a
+        refused one would be: nothing is left to do for it. A result whose earlier POST
+        may have reached the server is posted again instead, for the server to say."""
+        view = self._view(call.key.session_id)
+        if call.key.turn_id not in view.cancelled_turns or call.post_failures:
+            return False
+        logger.info(
+            "Call %s: its Turn %s was cancelled, so its saved result is kept but not submitted",
+            call.key.call_id,
+            call.key.turn_id,
+        )
+        self._report_key(call.key.session_id, "abandoned", call.key)
+        self._queue_mark(call.key, CallState.ABANDONED, now)
+        self._done(call, "abandoned")
+        return True
 
     def _lingering(self, session_id: str, ready: list[Call], now: float) -> bool:
         """Whether to hold a Session's saved results a moment: other calls of the Session
@@ -1454,6 +1564,7 @@ class RunnerCore:
                 view.reading = True
                 view.read_at = None
                 view.snapshots_when_read = view.snapshots_streamed
+                view.reads_sent += 1
                 turn = next((s.target_turn for s in serves.values() if s.target_turn), None)
                 self._effects.append(ReadSession(session_id, turn))
         if (
@@ -1641,6 +1752,20 @@ def _terminal_status(event: TerminalTurnEvent) -> str:
     return kind.rsplit(".", 1)[-1]
 
 
+def _same_result(record: CallRecord, event: dict[str, Any]) -> bool:
+    """Whether ``record`` holds ``event`` (as saved: the store keeps its JSON)."""
+    if record.result == event:
+        return True
+    return record.result is not None and json.dumps(record.result, sort_keys=True) == json.dumps(
+        event, sort_keys=True
+    )
+
+
+def _turn_over(view: _SessionView, turn_id: str) -> bool:
+    """Whether this runner knows the Turn takes no more results."""
+    return turn_id in view.cancelled_turns or turn_id in view.ended_turns
+
+
 def _sendable(key: CallKey) -> bool:
     """Whether a result naming ``key`` can be sent: JSON goes out as UTF-8."""
     try:
@@ -1670,3 +1795,11 @@ def _is_complete_call(event: ItemAddedEvent | ItemDoneEvent, item: FunctionCallI
     """A call can run once its arguments are final: on ``item.done``, or an
     ``item.added`` that already reads completed."""
     return isinstance(event, ItemDoneEvent) or item.status == "completed"
+
+
+def _url_of(error: Exception) -> str:
+    """The URL a failed request went to, without credentials or query, to name in logs."""
+    request = getattr(error, "request", None)
+    if not isinstance(request, httpx.Request):
+        return "the server"
+    return str(request.url.copy_with(username=None, password=None, query=None))

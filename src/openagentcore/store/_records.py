@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "FINISHED",
     "MANUAL_RERUN",
     "PRUNABLE_STATES",
     "RAW_HASH_PREFIX",
@@ -62,6 +63,9 @@ SETTLED_STATES: frozenset[CallState] = frozenset({CallState.APPLIED, CallState.A
 PRUNABLE_STATES: frozenset[CallState] = SETTLED_STATES | {CallState.SUBMITTED}
 
 
+#: ``settled_by`` of a call marked in doubt whose run finished after all and saved its
+#: own result first (the worker that marked it had not answered yet).
+FINISHED = "finished"
 #: ``settled_by`` of a call in doubt that a person cleared to run again
 #: (``openagentcore calls resolve --rerun``): the next runner serving its function runs
 #: it, whether or not the function is idempotent.
@@ -100,11 +104,13 @@ class CallRecord:
     #: owner gone), kept after it is settled.
     in_doubt_at: float | None = None
     #: How a call in doubt was settled: ``rerun`` (run again), ``failed`` or ``result``
-    #: (a runner's policy), ``manual:output``, ``manual:failed`` or ``manual:rerun``
+    #: (a runner's policy), ``finished`` (the run thought lost saved its own result
+    #: first), ``manual:output``, ``manual:failed`` or ``manual:rerun``
     #: (``calls resolve``; a call marked ``manual:rerun`` stays ``IN_DOUBT`` until a
     #: runner serving its function runs it again).
     settled_by: str | None = None
-    #: What the function produced after its ``timeout`` had failed the call: the
+    #: What the function produced after its ``timeout`` had failed the call, or after
+    #: another worker had settled it (marked in doubt and answered): the
     #: ``tool_result`` event it would have sent (a failed one if it raised), never sent.
     #: Kept for the operator; ``result`` stays what the model got.
     late_outcome: dict[str, Any] | None = None
