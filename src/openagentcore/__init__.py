@@ -28,6 +28,7 @@ from ._errors import (
 )
 from ._limits import ResponseLimits
 from ._logs import setup_logging as _setup_logging
+from ._operator import Resolution, resolve_call
 from ._pagination import AsyncPage, SyncPage
 from ._retry import RetryPolicy
 from ._streaming import (
@@ -111,6 +112,7 @@ __all__ = [
     "RateLimitError",
     "RawResponse",
     "RedirectError",
+    "Resolution",
     "ResponseLimits",
     "ResponseTooLargeError",
     "ResultStore",
@@ -134,6 +136,7 @@ __all__ = [
     "UnprocessableEntityError",
     "__version__",
     "current_call",
+    "resolve_call",
     "structured_output",
 ]
 

@@ -732,7 +732,8 @@ def _moment(timestamp: float) -> datetime.datetime | None:
 
 def _record_json(record: CallRecord, *, in_doubt: bool) -> dict[str, object]:
     """``in_doubt``: whether the call is in doubt now (marked so, or started without a
-    result by an owner that is gone); ``in_doubt_at``/``settled_by`` keep its history.
+    result by an owner that is gone); ``in_doubt_at``/``settled_by`` keep its history,
+    ``history`` each decision a person took (``calls resolve``).
     ``late_outcome``: what the function produced after its timeout (never sent)."""
     return {
         "session_id": record.key.session_id,
@@ -752,7 +753,14 @@ def _record_json(record: CallRecord, *, in_doubt: bool) -> dict[str, object]:
         "result": record.result,
         "late_outcome": record.late_outcome,
         "late_at": None if record.late_at is None else _iso(record.late_at),
+        "history": [_decision_json(entry) for entry in record.history],
     }
+
+
+def _decision_json(entry: dict[str, Any]) -> dict[str, Any]:
+    """A decision by hand from ``record.history``, its time shown as the others are."""
+    at = entry.get("at")
+    return {**entry, "at": _iso(at)} if isinstance(at, (int, float)) else dict(entry)
 
 
 def _print_json(document: object) -> None:
@@ -854,6 +862,13 @@ def _print_record(record: dict[str, Any]) -> None:
     if record["late_outcome"] is not None:
         late = f"{_outcome(record['late_outcome'])} (at {_shown_time(record['late_at'])}, not sent)"
         fields.append(("after timeout", late))
+    for entry in record["history"]:
+        owner = entry.get("owner") or "no owner"
+        decided = (
+            f"{entry.get('settled_by')} at {_shown_time(entry.get('at'))}, on attempt "
+            f"{entry.get('attempts')} ({entry.get('state')}, {owner})"
+        )
+        fields.append(("decided", decided))
     for name, value in fields:
         _say(f"  {name + ':':15}{value}")
 
@@ -875,10 +890,9 @@ def _outcome(event: dict[str, Any] | None) -> str:
 
 
 def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .runner._results import checked_failure_event, success_event
-    from .store import CallState, InvalidTransitionError
-    from .store._base import StoreBase
-    from .store._records import MANUAL_RERUN
+    from . import APIStatusError
+    from ._operator import resolve_call
+    from .store import CallState, InvalidTransitionError, StoreError
 
     store = _open(args, parser)
     try:
@@ -891,85 +905,23 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
             parser.error(f"call {args.call_id} is in several Sessions ({sessions}); add --session")
         (record,) = matches
         key = record.key
-        if args.rerun:
-            event, how = None, MANUAL_RERUN
-        elif args.failed is not None:
-            try:
-                event = checked_failure_event(key, args.failed)
-            except ValueError as error:
-                parser.error(f"--failed cannot be sent: {error}")
-            how = "manual:failed"
-        else:
-            try:
-                event = success_event(key, args.output)
-            except ValueError as error:
-                parser.error(f"--output cannot be sent: {error}")
-            how = "manual:output"
-        assert isinstance(store, StoreBase)
-        answering = record.state is CallState.REJECTED
+        decision: dict[str, Any] = (
+            {"rerun": True}
+            if args.rerun
+            else {"failed": args.failed}
+            if args.failed is not None
+            else {"output": args.output}
+        )
+        # Only the answer to a refused result goes to the server (--rerun is refused
+        # there without one): settling a call in doubt needs no API key.
+        answering = record.state is CallState.REJECTED and not args.rerun
         try:
-            if answering:
-                settled = _answer_refused(store, record, event, how)
-            else:
-                settled = store.settle_by_hand(key, event, settled_by=how)
+            with _client() if answering else contextlib.nullcontext() as client:
+                resolution = resolve_call(store, key, client=client, **decision)
         except InvalidTransitionError as error:
             raise CommandError(EXIT_ATTENTION, str(error)) from None
-    finally:
-        store.close()
-    if args.json:
-        _print_json(
-            {
-                "session_id": key.session_id,
-                "turn_id": key.turn_id,
-                "call_id": key.call_id,
-                "settled_by": how,
-                "record": _record_json(settled, in_doubt=settled.state is CallState.IN_DOUBT),
-            }
-        )
-    elif answering:
-        _say(
-            f"Call {key.call_id} answered ({how}): the server took the result; the record "
-            "keeps the one it refused"
-        )
-    elif args.rerun:
-        _say(
-            f"Call {key.call_id} cleared to run again: the next runner serving Session "
-            f"{key.session_id} runs it again (its record keeps the history)"
-        )
-    else:
-        _say(
-            f"Call {key.call_id} settled ({how}): the next serve or `openagentcore recover "
-            f"{key.session_id}` submits the result"
-        )
-    return EXIT_OK
-
-
-def _answer_refused(
-    store: ResultStore, record: CallRecord, event: dict[str, Any] | None, how: str
-) -> CallRecord:
-    """Answer, on the server, a call whose saved result the server refused; then settle
-    its record. The store's result is never replaced: a worker that read it before the
-    refusal may still post it, and the server would then hold it."""
-    from . import APIStatusError
-    from .store import InvalidTransitionError
-    from .store._base import StoreBase
-    from .store._records import answer_idempotency_key
-    from .store._rules import encode_result
-
-    key = record.key
-    if event is None:
-        raise CommandError(
-            EXIT_ATTENTION,
-            f"call {key.call_id} is rejected: the server refused its result, so running the "
-            "function again would not help; answer it with --output TEXT or --failed MESSAGE",
-        )
-    with _client() as client:
-        try:
-            client.sessions.events.create(
-                key.session_id,
-                events=[event],
-                idempotency_key=answer_idempotency_key(record, encode_result(event)),
-            )
+        except StoreError:
+            raise
         except APIStatusError as error:
             already = error.status_code == 409
             raise CommandError(
@@ -982,14 +934,38 @@ def _answer_refused(
                 )
                 + "; nothing changed",
             ) from None
-    assert isinstance(store, StoreBase)
-    try:
-        return store.settle_refused_by_hand(key, settled_by=how)
-    except InvalidTransitionError:
-        # A worker settled it first: its own post of the refused result met the answer.
-        current = store.get(key)
-        assert current is not None
-        return current
+        except ValueError as error:
+            # The message names the option without its dashes: "output cannot be sent".
+            parser.error(f"--{error}")
+    finally:
+        store.close()
+    settled, how = resolution.record, resolution.settled_by
+    if args.json:
+        _print_json(
+            {
+                "session_id": key.session_id,
+                "turn_id": key.turn_id,
+                "call_id": key.call_id,
+                "settled_by": how,
+                "record": _record_json(settled, in_doubt=settled.state is CallState.IN_DOUBT),
+            }
+        )
+    elif resolution.action == "answered":
+        _say(
+            f"Call {key.call_id} answered ({how}): the server took the result; the record "
+            "keeps the one it refused"
+        )
+    elif resolution.action == "cleared_to_rerun":
+        _say(
+            f"Call {key.call_id} cleared to run again: the next runner serving Session "
+            f"{key.session_id} runs it again (its record keeps the history)"
+        )
+    else:
+        _say(
+            f"Call {key.call_id} settled ({how}): the next serve or `openagentcore recover "
+            f"{key.session_id}` submits the result"
+        )
+    return EXIT_OK
 
 
 #: The longest id the CLI sends in a URL (the server's ids are far shorter).

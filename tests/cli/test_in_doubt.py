@@ -236,6 +236,37 @@ def test_calls_resolve_rerun_lets_the_next_runner_run_the_function(
     assert stored.in_doubt_at is not None
 
 
+def test_calls_show_keeps_each_decision_by_hand_when_a_rerun_is_lost_again(
+    setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, the rerun cleared who ran the lost attempt, and the second decision
+    replaced the first: the record said only ``manual:failed``."""
+    _, session_id, action, _ = setup
+    key = _leave_in_doubt(store, session_id, action)
+    assert main(["calls", "resolve", action.call_id, *store.args, "--rerun"]) == EXIT_OK
+    opened = store.open()
+    try:
+        assert opened.take_over(
+            key, owner="second-host:2:cd", lease_seconds=600, expected_attempts=1
+        ).won
+        opened.mark(key, CallState.IN_DOUBT)  # the rerun's worker died too
+    finally:
+        opened.close()
+    assert main(["calls", "resolve", action.call_id, *store.args, "--failed", "gave up"]) == 0
+    capsys.readouterr()
+
+    (shown,) = _json(["calls", "show", action.call_id, *store.args], capsys)  # type: ignore[misc]
+    assert [(d["settled_by"], d["attempts"], d["owner"]) for d in shown["history"]] == [
+        ("manual:rerun", 1, "another-host:1:ab"),
+        ("manual:failed", 2, "second-host:2:cd"),
+    ]
+    assert all(d["at"].endswith("Z") for d in shown["history"])
+    assert main(["calls", "show", action.call_id, *store.args]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "decided:       manual:rerun at " in text
+    assert "on attempt 2 (in_doubt, second-host:2:cd)" in text
+
+
 def test_calls_resolve_rerun_prints_what_happens_next(
     setup: Setup, store: StoreUnderTest, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,19 +24,14 @@ import heapq
 import itertools
 import random
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from openagentcore import APIError
+from openagentcore import APIError, resolve_call
 from openagentcore.runner import ServeReport, ServeTimeout
 from openagentcore.runner._core import RunnerError
-from openagentcore.runner._results import (
-    ENDED_WITHOUT_RESULT,
-    IN_DOUBT_ERROR,
-    failure_event,
-    success_event,
-)
+from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
 from openagentcore.store import (
     CallKey,
     CallRecord,
@@ -44,8 +39,7 @@ from openagentcore.store import (
     InvalidTransitionError,
     MemoryResultStore,
 )
-from openagentcore.store._records import MANUAL_RERUN, answer_idempotency_key
-from openagentcore.store._rules import encode_result
+from openagentcore.store._records import MANUAL_RERUN
 
 from ._runner import (
     CHECKED_BY_THE_APPLICATION,
@@ -76,6 +70,12 @@ LEASE_CHECK_EVERY = 0.05
 #: What the operator's results say: no function produces them.
 BY_HAND_OUTPUT = "settled by hand"
 BY_HAND_ERROR = "refused by hand"
+#: What the operator passes to ``resolve_call`` for each kind of decision.
+_BY_HAND: dict[str, dict[str, Any]] = {
+    "output": {"output": BY_HAND_OUTPUT},
+    "failed": {"failed": BY_HAND_ERROR},
+    "rerun": {"rerun": True},
+}
 
 
 @dataclass(frozen=True)
@@ -374,50 +374,32 @@ class World:
         if settleable:
             record = rng.choice(settleable)
             if record.state is CallState.REJECTED:
-                self._answer_by_hand(record, rng.choice(("output", "failed")))
+                self._resolve_by_hand(record, rng.choice(("output", "failed")))
             else:
-                self._settle_by_hand(record, rng.choice(("output", "failed", "rerun")))
+                self._resolve_by_hand(record, rng.choice(("output", "failed", "rerun")))
         self.at(self.now + rng.expovariate(self.operator_rate), self._operator_looks)
 
-    def _answer_by_hand(self, record: CallRecord, kind: str) -> None:
-        """``calls resolve`` on a refused result: the answer goes to the server, then the
-        record is settled (it keeps the refused result)."""
+    def _resolve_by_hand(self, record: CallRecord, kind: str) -> None:
+        """``calls resolve`` as the command runs it (:func:`resolve_call`): a result or a
+        rerun for a call in doubt; for a refused result, an answer sent to the server,
+        then the record settled (it keeps the refused result)."""
         key = record.key
-        event = self._by_hand(key, kind)
-        assert event is not None
+        answering = record.state is CallState.REJECTED
         try:
-            self.server.accept(
-                key.session_id,
-                [event],
-                answer_idempotency_key(record, encode_result(event)),
-                by_hand=True,
+            resolution = resolve_call(
+                self.store, key, client=_OperatorClient(self.server), **_BY_HAND[kind]
             )
-        except APIError:
-            return  # the server did not take it: the command says so, nothing changed
-        try:
-            self.store.settle_refused_by_hand(key, settled_by=f"manual:{kind}")
-        except InvalidTransitionError:
-            return
+        except (APIError, InvalidTransitionError):
+            return  # the server or a worker was first: the command says so, nothing changed
+        settled = resolution.record
+        if answering and (
+            settled.state is not CallState.ABANDONED or settled.settled_by != f"manual:{kind}"
+        ):
+            return  # a worker settled it first
+        decided = "answer" if answering else kind
         self.decisions[key] = Decision(
-            "answer", record.attempts, event, self.runs[key], self.crashes
+            decided, settled.attempts, resolution.answer, self.runs[key], self.crashes
         )
-
-    @staticmethod
-    def _by_hand(key: CallKey, kind: str) -> dict[str, Any] | None:
-        return {
-            "output": success_event(key, BY_HAND_OUTPUT),
-            "failed": failure_event(key, BY_HAND_ERROR),
-            "rerun": None,
-        }[kind]
-
-    def _settle_by_hand(self, record: CallRecord, kind: str) -> None:
-        key = record.key
-        event = self._by_hand(key, kind)
-        try:
-            saved = self.store.settle_by_hand(key, event, settled_by=f"manual:{kind}")
-        except InvalidTransitionError:
-            return  # a worker moved it first: the command says so and changes nothing
-        self.decisions[key] = Decision(kind, saved.attempts, event, self.runs[key], self.crashes)
         if kind == "rerun":
             self.reruns_by_hand[key] += 1
 
@@ -551,6 +533,27 @@ class World:
                 f"seed {self.seed}: {call.key.call_id} (timeout {self.timeout}, {runs} runs) "
                 f"kept a late outcome its function did not produce: {late}"
             )
+
+
+class _OperatorClient:
+    """The client the operator's ``calls resolve`` talks through: the simulated server
+    (``sessions.events.create`` is its ``accept``, for a person's answer)."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    @property
+    def sessions(self) -> _OperatorClient:
+        return self
+
+    @property
+    def events(self) -> _OperatorClient:
+        return self
+
+    def create(
+        self, session_id: str, *, events: Iterable[Mapping[str, Any]], idempotency_key: str
+    ) -> None:
+        self._server.accept(session_id, list(events), idempotency_key, by_hand=True)
 
 
 class SimWorker:

@@ -214,9 +214,9 @@ def test_a_version_2_sqlite_file_gains_the_columns_and_keeps_its_rows(tmp_path: 
     with SQLiteResultStore(path) as store:
         _claim(store)
     # Back to version 2, as an older openagentcore left it: without the columns of
-    # versions 3 and 4.
+    # versions 3 to 5.
     with closing(sqlite3.connect(path)) as connection, connection:
-        for column in ("in_doubt_at", "settled_by", "late_outcome", "late_at"):
+        for column in ("in_doubt_at", "settled_by", "late_outcome", "late_at", "history"):
             connection.execute(f"ALTER TABLE openagentcore_calls DROP COLUMN {column}")
         connection.execute("PRAGMA user_version = 2")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from openagentcore import resolve_call
 from openagentcore.store import (
     CallKey,
     CallState,
@@ -22,6 +23,8 @@ from openagentcore.store import (
     StoreUnavailableError,
 )
 from openagentcore.store._sql import MIGRATIONS
+
+from ._support import StoreSpec, applied_schema_versions
 
 KEY = CallKey("sess_1", "turn_1", "call_1")
 EVENT = {"type": "agent.session.input.tool_result", "call_id": "call_1", "output": "ok"}
@@ -270,3 +273,44 @@ def test_a_stuck_row_lock_makes_renew_lease_fail_fast_instead_of_hanging(
 def test_postgres_timeouts_are_checked_before_connecting(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         PostgresResultStore("postgresql://nobody@127.0.0.1:1/none", **{field: 0})  # type: ignore[arg-type]
+
+
+# -- schema version 5: each decision by hand ------------------------------------------------
+
+
+def _back_to_version_4(spec: StoreSpec) -> None:
+    """The store as openagentcore 4 left it: no history column."""
+    if spec.kind == "sqlite":
+        with closing(sqlite3.connect(spec.location)) as connection, connection:
+            connection.execute(f"ALTER TABLE {spec.table} DROP COLUMN history")
+            connection.execute("PRAGMA user_version = 4")
+        return
+    import psycopg
+
+    with psycopg.connect(spec.location) as connection:
+        connection.execute(f'ALTER TABLE "{spec.schema}"."{spec.table}" DROP COLUMN history')
+        connection.execute(
+            f'DELETE FROM "{spec.schema}"."{spec.table}_migrations" WHERE version = 5'
+        )
+
+
+def test_a_version_4_store_gains_the_history_and_keeps_its_rows(durable_spec: StoreSpec) -> None:
+    with durable_spec.open() as store:
+        store.claim(KEY, function_name="f", arguments_hash="h", owner="far:1:a", lease_seconds=60)
+        store.mark(KEY, CallState.IN_DOUBT)
+    _back_to_version_4(durable_spec)
+
+    with durable_spec.open() as store:
+        old = store.get(KEY)
+        assert old is not None
+        assert (old.state, old.owner, old.history) == (CallState.IN_DOUBT, "far:1:a", ())
+        resolve_call(store, KEY, rerun=True)
+    with durable_spec.open() as store:
+        kept = store.get(KEY)
+
+    assert kept is not None
+    assert [(entry["settled_by"], entry["owner"]) for entry in kept.history] == [
+        ("manual:rerun", "far:1:a")
+    ]
+    versions = applied_schema_versions(durable_spec)
+    assert versions[-1] == MIGRATIONS[-1].version == 5

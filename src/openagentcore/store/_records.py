@@ -116,6 +116,11 @@ class CallRecord:
     late_outcome: dict[str, Any] | None = None
     #: Unix seconds when the late outcome was kept.
     late_at: float | None = None
+    #: Each decision a person took on the call (``calls resolve``), oldest first, so a
+    #: later one (or a runner) never erases it: ``at`` (the store's time),
+    #: ``settled_by`` (the decision), and the ``state``, ``attempts`` and ``owner`` (who
+    #: ran the attempt decided on) the record had just before.
+    history: tuple[dict[str, Any], ...] = ()
 
     def has_result(self) -> bool:
         """Whether a result was saved, so it can be (re)submitted without running again."""

@@ -35,6 +35,8 @@ __all__ = [
     "DamagedRowError",
     "decode_result",
     "encode_late_outcome",
+    "decode_history",
+    "encode_history",
     "encode_result",
     "DELETE",
     "Decision",
@@ -79,6 +81,7 @@ COLUMNS: tuple[str, ...] = (
     "settled_by",
     "late_outcome",
     "late_at",
+    "history",
 )
 #: Where a row holds the JSON text of the result and of the late outcome.
 RESULT_INDEX = COLUMNS.index("result")
@@ -234,7 +237,23 @@ def record_to_row(
         record.settled_by,
         late_outcome_text,
         record.late_at,
+        encode_history(record.history),
     )
+
+
+def encode_history(history: Sequence[Mapping[str, Any]]) -> str | None:
+    """The JSON text of a record's decisions by hand; ``None`` (NULL) while it has none."""
+    return json.dumps(list(history), ensure_ascii=False) if history else None
+
+
+def decode_history(text: str | None) -> tuple[dict[str, Any], ...]:
+    """Stored decisions; ``ValueError`` for text that is not a list of JSON objects."""
+    if text is None:
+        return ()
+    decoded = json.loads(text)
+    if not isinstance(decoded, list) or not all(isinstance(entry, dict) for entry in decoded):
+        raise json.JSONDecodeError("the history is not a list of JSON objects", text, 0)
+    return tuple(decoded)
 
 
 class DamagedRowError(ValueError):
@@ -269,6 +288,7 @@ def _record_from_row(row: Sequence[Any]) -> CallRecord:
         settled_by=row[14],
         late_outcome=decode_result(row[15]),
         late_at=None if row[16] is None else float(row[16]),
+        history=decode_history(row[17]),
     )
 
 
@@ -484,13 +504,14 @@ def settle_by_hand(
     With ``result``, it is saved for the next ``serve`` or ``recover`` to submit. Without,
     the call stays in doubt, marked ``settled_by`` (``manual:rerun``), and the next runner
     serving its function runs it again; the record keeps its history (``in_doubt_at``,
-    ``attempts``). Only calls in doubt qualify: marked so, or started without a result by
-    an owner that is gone.
+    ``attempts``, and the decision in ``history``). Only calls in doubt qualify: marked
+    so, or started without a result by an owner that is gone.
     """
     if record.has_result():
         return None
     if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now):
         return None
+    history = _decided(record, settled_by, now)
     if result is None:
         return replace(
             record,
@@ -500,6 +521,7 @@ def settle_by_hand(
             updated_at=now,
             in_doubt_at=_first_doubt(record, now),
             settled_by=settled_by,
+            history=history,
         )
     return replace(
         record,
@@ -510,6 +532,7 @@ def settle_by_hand(
         updated_at=now,
         in_doubt_at=_first_doubt(record, now),
         settled_by=settled_by,
+        history=history,
     )
 
 
@@ -519,4 +542,22 @@ def answered_by_hand(record: CallRecord, *, settled_by: str, now: float) -> Call
     the evidence of what the function returned."""
     if record.state is not CallState.REJECTED:
         return None
-    return replace(record, state=CallState.ABANDONED, updated_at=now, settled_by=settled_by)
+    return replace(
+        record,
+        state=CallState.ABANDONED,
+        updated_at=now,
+        settled_by=settled_by,
+        history=_decided(record, settled_by, now),
+    )
+
+
+def _decided(record: CallRecord, settled_by: str, now: float) -> tuple[dict[str, Any], ...]:
+    """The record's history with a person's decision added, and what it was about."""
+    decision = {
+        "at": now,
+        "settled_by": settled_by,
+        "state": record.state.value,
+        "attempts": record.attempts,
+        "owner": record.owner,
+    }
+    return (*record.history, decision)

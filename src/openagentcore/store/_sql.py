@@ -128,6 +128,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE {table} ADD COLUMN late_at DOUBLE PRECISION",
         ),
     ),
+    Migration(
+        5,
+        "keep each decision a person took on a call",
+        ("ALTER TABLE {table} ADD COLUMN history TEXT",),
+    ),
 )
 
 _KEY_MATCH = "session_id = ? AND turn_id = ? AND call_id = ?"
@@ -188,7 +193,8 @@ class SQLResultStore(StoreBase):
         self._update_sql = self._sql(
             f"UPDATE {table} SET state = ?, attempts = ?, owner = ?, lease_expires_at = ?, "
             f"updated_at = ?, in_doubt_at = ?, settled_by = ?, result = COALESCE(result, ?), "
-            f"late_outcome = COALESCE(late_outcome, ?), late_at = ? WHERE {_KEY_MATCH}"
+            f"late_outcome = COALESCE(late_outcome, ?), late_at = ?, history = ? "
+            f"WHERE {_KEY_MATCH}"
         )
         self._delete_sql = self._sql(f"DELETE FROM {table} WHERE {_KEY_MATCH}")
         prunable = ", ".join("?" for _ in PRUNABLE_STATES)
@@ -386,6 +392,7 @@ class SQLResultStore(StoreBase):
                 result_text,
                 late_outcome_text,
                 updated.late_at,
+                _rules.encode_history(updated.history),
                 *_key_params(key),
             ),
         )
