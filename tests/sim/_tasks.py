@@ -11,6 +11,7 @@ and a task can be cancelled as an asyncio task is.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -102,6 +103,8 @@ class Task(SimFuture[Any]):
         #: Bumped at every wait, so a future that resolves after a cancellation does not
         #: resume the coroutine a second time.
         self._wait = 0
+        #: Each task runs in a copy of the context it was started in, as asyncio's do.
+        self._context = contextvars.copy_context()
         #: The coroutine is executing now (it cannot be closed until it waits).
         self._running = False
         world.at(world.now, lambda: self._step(None))
@@ -113,9 +116,9 @@ class Task(SimFuture[Any]):
         self._running = True
         try:
             if throw is not None:
-                awaited = self.coroutine.throw(throw)
+                awaited = self._context.run(self.coroutine.throw, throw)
             else:
-                awaited = self.coroutine.send(None)
+                awaited = self._context.run(self.coroutine.send, None)
         except StopIteration as stop:
             self._settle(stop.value, None)
             return
@@ -131,7 +134,7 @@ class Task(SimFuture[Any]):
         finally:
             self._running = False
         if not self.worker.alive:  # killed while it ran: closed now that it waits
-            self.coroutine.close()
+            self._context.run(self.coroutine.close)
             return
         if not isinstance(awaited, SimFuture):
             raise Violation(f"seed {self.world.seed}: the runner awaited {awaited!r}")
@@ -156,7 +159,7 @@ class Task(SimFuture[Any]):
         instead of waiting on it, which a closing coroutine may not."""
         self.end()
         if not self._running:
-            self.coroutine.close()
+            self._context.run(self.coroutine.close)
 
     def end(self) -> None:
         """Done, with no outcome to tell anyone: the worker is dead."""

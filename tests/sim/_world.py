@@ -719,6 +719,10 @@ class SimWorker:
 def run_seed(seed: int, *, mutate: Callable[[SimRunner], None] | None = None) -> World:
     """Run one seed's whole history and check it; raises :class:`Violation`."""
     world = World(seed, mutate=mutate)
-    world.run()
+    try:
+        world.run()
+    finally:
+        for worker in world.workers:
+            worker.crash()  # a history that broke a promise leaves no task waiting
     world.check()
     return world
