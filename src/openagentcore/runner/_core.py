@@ -16,7 +16,6 @@ no saved result is *in doubt* and is never run again unless its function is idem
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 from collections import Counter, OrderedDict
@@ -87,6 +86,7 @@ from ._effects import (
     TakeOver,
     WriteMarks,
 )
+from ._phases import FIRST, Phase, check_move
 from ._registry import FunctionRegistry, RegisteredFunction
 from ._report import ServeReport
 from ._results import (
@@ -151,40 +151,6 @@ _TURN_MODES = frozenset({"connected", "created", "turn"})
 
 class RunnerError(OpenAgentCoreError):
     """The runner cannot go on serving this Session (e.g. it was deleted)."""
-
-
-class Phase(str, enum.Enum):
-    """Where one call is in this runner. Every phase but ``POSTED`` and ``DONE`` keeps
-    its Session busy: a serve does not end on it without saying so."""
-
-    #: A claim was sent to the store.
-    CLAIMING = "claiming"
-    #: Reading the record of a call this runner cannot run (or must re-check).
-    LOOKING = "looking"
-    #: Marking a started call without a result in doubt (compare-and-set).
-    MARKING_IN_DOUBT = "marking_in_doubt"
-    #: Waiting for the application's ``on_in_doubt`` decision.
-    DECIDING = "deciding"
-    #: Re-claiming a call in doubt to run it again.
-    TAKING_OVER = "taking_over"
-    #: Claimed (lease held), waiting for a free concurrency slot.
-    QUEUED = "queued"
-    #: The function runs (lease held).
-    RUNNING = "running"
-    #: Saving the result (lease held until saved).
-    SAVING = "saving"
-    #: Saved, to be posted.
-    READY = "ready"
-    #: In a POST in flight.
-    POSTING = "posting"
-    #: A POST failed for a reason that may pass; posted again at ``not_before``.
-    BACKOFF = "backoff"
-    #: Giving back a claim whose function never started.
-    RELEASING = "releasing"
-    #: Accepted by the server (202), not yet seen applied.
-    POSTED = "posted"
-    #: Nothing more for this runner to do.
-    DONE = "done"
 
 
 _IDLE_PHASES = frozenset({Phase.POSTED, Phase.DONE})
@@ -883,7 +849,7 @@ class RunnerCore:
         if _turn_over(self._view(pending.key.session_id), pending.key.turn_id):
             return  # a read from before the cancel: the Turn takes no result
         function = self.registry.get(pending.name)
-        call = Call(pending.key, pending.name, pending.arguments, function, Phase.LOOKING)
+        call = Call(pending.key, pending.name, pending.arguments, function, FIRST)
         self.calls[pending.key] = call
         view = self._view(pending.key.session_id)
         view.calls[pending.key] = call
@@ -1663,7 +1629,9 @@ class RunnerCore:
         call.retry = None
 
     def _move(self, call: Call, phase: Phase) -> None:
-        """Every phase change goes through here, so ``busy`` needs no scan."""
+        """Every phase change goes through here, along the table of legal moves (so a
+        move nobody reasoned about fails loudly), and so ``busy`` needs no scan."""
+        check_move(call.phase, phase, call.key.call_id)
         call.phase = phase
         view = self._sessions.get(call.key.session_id)
         if view is None or view.calls.get(call.key) is not call:
