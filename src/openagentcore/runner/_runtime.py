@@ -9,20 +9,22 @@ product's own, not a copy.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import enum
 import math
+import queue
 import random
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._network import Wakeup
 
-__all__ = ["AsyncioRuntime", "Future", "Inbox", "Lane", "Runtime"]
+__all__ = ["AsyncioRuntime", "DaemonThreads", "Future", "Inbox", "Lane", "Runtime"]
 
 T = TypeVar("T")
 M = TypeVar("M")
@@ -148,6 +150,73 @@ class _AsyncioInbox(Generic[M]):
         return items
 
 
+class DaemonThreads(Executor):
+    """A pool of daemon threads, for the application's functions.
+
+    ``ThreadPoolExecutor`` joins its threads when the interpreter exits, so a function
+    that overran its timeout, still running after ``close()`` returned, would keep the
+    program alive for its whole run. A closed runner has given up on such a function (a
+    restarted runner settles its call), so its thread must not hold the program. It also
+    takes work while the interpreter shuts down, which ``ThreadPoolExecutor`` refuses,
+    so a serve that outlives the main thread still runs its calls.
+    """
+
+    def __init__(self, max_workers: int, name: str) -> None:
+        self._max_workers = max_workers
+        self._name = name
+        self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # SystemExit too: the caller hears of it
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot run new functions after the runner closed")
+            self._work.put(run)
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{self._name}_{len(self._threads)}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            run = self._work.get()
+            if run is None:
+                return
+            run()
+            del run
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        for _ in threads:
+            self._work.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+
 class AsyncioRuntime:
     """The real edges: the running event loop, ``time.monotonic`` and thread pools."""
 
@@ -155,12 +224,10 @@ class AsyncioRuntime:
         # Plain functions get threads of their own: in asyncio's shared default pool
         # (a few threads on a small machine) they would run fewer than max_concurrency
         # at once and queue the runner's own store calls behind them.
-        self._pools = {
+        self._pools: dict[Lane, Executor] = {
             Lane.STORE: ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="oac-store"),
             Lane.HOOKS: ThreadPoolExecutor(HOOK_THREADS, thread_name_prefix="oac-hooks"),
-            Lane.FUNCTIONS: ThreadPoolExecutor(
-                max_functions, thread_name_prefix="openagentcore-call"
-            ),
+            Lane.FUNCTIONS: DaemonThreads(max_functions, "openagentcore-call"),
         }
 
     def now(self) -> float:

@@ -19,7 +19,7 @@ import queue
 import random
 import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from typing_extensions import Unpack
@@ -33,6 +33,7 @@ from ._base import RunnerError, RunnerOptions, ServeTimeout, closed_before_the_e
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve, heeds
 from ._execution import ReturnedAwaitable, await_returned, call_async, call_sync
+from ._runtime import DaemonThreads
 from ._serving_sync import Serving
 
 __all__ = ["FunctionRunner"]
@@ -74,9 +75,7 @@ class FunctionRunner(Serving):
         #: A function's thread claims its call, runs the function, saves and posts the
         #: result (``_take_here``). The core runs at most ``max_concurrency`` functions;
         #: the other threads make claims and posts.
-        self._functions = ThreadPoolExecutor(
-            self.max_concurrency + _HTTP_THREADS, thread_name_prefix="openagentcore-call"
-        )
+        self._functions = DaemonThreads(self.max_concurrency + _HTTP_THREADS, "openagentcore-call")
         self._hook_pool = ThreadPoolExecutor(_HOOK_THREADS, thread_name_prefix="oac-hooks")
         self._http_pool = ThreadPoolExecutor(_HTTP_THREADS, thread_name_prefix="oac-http")
         self._pump_thread: threading.Thread | None = None
@@ -344,7 +343,7 @@ class FunctionRunner(Serving):
     def _on_function_thread(self) -> bool:
         return getattr(self._local, "jobs", None) is not None
 
-    def _start(self, pool: ThreadPoolExecutor, work: Callable[..., object], *args: object) -> None:
+    def _start(self, pool: Executor, work: Callable[..., object], *args: object) -> None:
         """Run ``work`` on one of ``pool``'s threads."""
         try:
             pool.submit(work, *args)
