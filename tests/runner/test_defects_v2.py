@@ -562,6 +562,44 @@ def test_run_turn_returns_when_its_turn_waits_on_a_refused_result(
     assert len(runs.runs) == 1
 
 
+def test_run_turn_joining_a_turn_that_waits_on_a_result_refused_earlier_returns_at_once(
+    make_core: MakeCore, proxied: ProxiedHarness, tmp_path: Any
+) -> None:
+    """Issue 23: the refusal happened in an earlier process; a restarted runner's
+    run_turn, whose input joins the Turn that still waits on the refused call, says so
+    at once instead of waiting out its timeout."""
+    store_path = tmp_path / "calls.db"
+    scenario = Scenario(
+        turns=[
+            TurnScript(answer="ready"),
+            TurnScript(steps=[[FunctionCall("charge", {"order": "o1"})]], answer="{summary}"),
+        ]
+    )
+    harness, proxy = proxied(make_core(scenario=scenario), store=SQLiteResultStore(store_path))
+    runs = CallLog()
+    harness.runner.function(_counted_charge(runs))
+    session_id = harness.create_session()
+    harness.serve(session_id)
+    _refuse_results(proxy)
+    first = harness.run_turn(session_id, "Charge it.", timeout=20)
+    assert first.status == "waiting"
+    (key,) = first.report.rejected
+
+    restarted = Harness(
+        _via(proxy, harness.runner_api_key), harness.kind, store=SQLiteResultStore(store_path)
+    )
+    try:
+        restarted.runner.function(_counted_charge(runs))
+        started = time.monotonic()
+        again = restarted.run_turn(session_id, "Charge it, please.", timeout=20)
+        assert time.monotonic() - started < 10
+    finally:
+        restarted.close()
+    assert again.status == "waiting"
+    assert again.report.rejected == [key]
+    assert len(runs.runs) == 1
+
+
 def _report_of(serve: Callable[[], Any]) -> Any:
     """The report of a serve, whether it ended or timed out (core v2's timeout carries it)."""
     try:
