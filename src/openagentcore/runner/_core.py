@@ -124,6 +124,12 @@ POST_RETRY_MAX_DELAY = 10.0
 #: the cap: a database restart takes seconds, and nothing is lost by waiting.
 STORE_RETRY_DELAY = 0.1
 STORE_RETRY_MAX_DELAY = 5.0
+#: A claimed function starts only while at least this share of its lease is left,
+#: counted from when the claim (or the last renewal) was *sent*: a claim the store
+#: acknowledged late may have lapsed meanwhile, and another worker may have answered
+#: the call "outcome unknown". Such a claim is renewed (which checks that it is still
+#: ours) before the function starts.
+START_LEASE_SHARE = 1 / 3
 #: Progress marks are written when this many are queued, or this many seconds after the
 #: oldest, or when a serve ends.
 MARK_BATCH = 64
@@ -162,7 +168,13 @@ class Phase(str, enum.Enum):
     DECIDING = "deciding"
     #: Re-claiming a call in doubt to run it again.
     TAKING_OVER = "taking_over"
-    #: Claimed (lease held), waiting for a free concurrency slot.
+    #: To be claimed (or taken over) once a concurrency slot is free. Nothing is
+    #: written for it yet: a claim never waits behind ``max_concurrency``, so a record
+    #: ``started`` means its function starts at once (another worker judging it stale
+    #: is right to say it may have run).
+    WAITING = "waiting"
+    #: Claimed (lease held) with a slot kept for it; starts once the lease is confirmed
+    #: to be ours for long enough (``START_LEASE_SHARE``).
     QUEUED = "queued"
     #: The function runs (lease held).
     RUNNING = "running"
@@ -193,10 +205,12 @@ _ANSWERED_IN: dict[type, Phase] = {
     SaveResult: Phase.SAVING,
 }
 #: Phases in which nothing was done for the call yet.
-_WATCHED = frozenset({Phase.QUEUED, Phase.READY, Phase.BACKOFF})
+_WATCHED = frozenset({Phase.WAITING, Phase.QUEUED, Phase.READY, Phase.BACKOFF})
 _NOT_STARTED = frozenset({Phase.CLAIMING, Phase.LOOKING})
+#: Phases in which a call of a served function keeps a concurrency slot for itself.
+_SLOT_PHASES = frozenset({Phase.CLAIMING, Phase.TAKING_OVER, Phase.QUEUED})
 #: Saved results wait (up to ``BATCH_LINGER``) for calls of their Session in these.
-_LINGER_FOR = _NOT_STARTED | {Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
+_LINGER_FOR = _NOT_STARTED | {Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
 #: Outcomes that do not settle a call: a later announcement decides it afresh.
 _REDECIDE = frozenset({"released", "abandoned_by_serve"})
 
@@ -279,6 +293,13 @@ class Call:
     record: CallRecord | None = None
     #: A store effect to send again once the store may be back.
     retry: Effect | None = None
+    #: The claim or take-over to send once a concurrency slot is free (``WAITING``).
+    claim: ClaimCall | TakeOver | None = None
+    #: When the last claim or take-over for it was sent.
+    claim_sent_at: float = float("-inf")
+    #: Until when its lease is surely held: the lease counted from when the claim or
+    #: renewal that the store confirmed was sent (``-inf``: not confirmed by this one).
+    lease_until: float = float("-inf")
     not_before: float = 0.0
     #: POSTs that failed for a reason that may pass (backoff grows with them).
     post_failures: int = 0
@@ -432,6 +453,14 @@ class RunnerCore:
         self._marks_failed = False
         self._renew_at: float | None = None
         self._renewing = False
+        self._renew_sent_at = float("-inf")
+        #: Renewals asked for to confirm a claim before its function starts wait until
+        #: then after a failed renewal (the store may be down).
+        self._renew_retry_at = float("-inf")
+        self._renew_failures = 0
+        #: Calls keeping a concurrency slot without running (``_SLOT_PHASES``): with
+        #: the running ones, never more than ``max_concurrency``.
+        self._reserved: dict[CallKey, Call] = {}
         self._store_failures = 0
         self._store_retry_at = float("-inf")  # monotonic clocks may start anywhere
 
@@ -654,6 +683,8 @@ class RunnerCore:
                 self._effects.append(CancelFunction(call.key))
             elif call.phase is Phase.QUEUED:
                 self._give_back(call, now)
+            elif call.phase is Phase.WAITING:
+                self._done(call, "released")  # never claimed: nothing to give back
 
     def on_session_read(self, answer: SessionOutcome, now: float) -> None:
         view = self._view(answer.session_id)
@@ -832,8 +863,37 @@ class RunnerCore:
         if function is None and self.unknown_functions == "leave":
             self._emit(call, Lookup(call.key), now)
             return
-        self._move(call, Phase.CLAIMING)
-        self._emit(call, self._claim_effect(call), now)
+        if function is None:  # unknown_functions="fail": claimed to answer, never run
+            self._move(call, Phase.CLAIMING)
+            self._emit(call, self._claim_effect(call), now)
+            return
+        self._wait_for_slot(call, self._claim_effect(call), now)
+
+    def _wait_for_slot(self, call: Call, claim: ClaimCall | TakeOver, now: float) -> None:
+        """Claim (or take over) ``call`` once a concurrency slot is free, not before."""
+        call.claim = claim
+        self._enter(call, Phase.WAITING, now)
+
+    def _claim_waiting(self, now: float) -> None:
+        """Send the claims of waiting calls, oldest first, while slots are free."""
+        for call in list(self._watch.values()):
+            if self._running + len(self._reserved) >= self.max_concurrency:
+                return
+            if call.phase is not Phase.WAITING or not self._slot_free(call):
+                continue
+            claim, call.claim = call.claim, None
+            assert claim is not None
+            self._move(call, Phase.CLAIMING if isinstance(claim, ClaimCall) else Phase.TAKING_OVER)
+            self._emit(call, claim, now)
+
+    def _slot_free(self, call: Call) -> bool:
+        """Whether ``call``'s function is under its own ``max_concurrency``."""
+        assert call.function is not None
+        limit = call.function.max_concurrency
+        if limit is None:
+            return True
+        kept = sum(1 for other in self._reserved.values() if other.name == call.name)
+        return self._running_by_name[call.name] + kept < limit
 
     def _claim_effect(self, call: Call) -> ClaimCall:
         return ClaimCall(
@@ -879,7 +939,7 @@ class RunnerCore:
         elif isinstance(effect, TakeOver):
             assert isinstance(value, Claim)
             if value.won or self._ours_unconfirmed(call, value.record):
-                self._hold(call, value.record, now)
+                self._hold(call, value.record, now, won=value.won)
             else:
                 self._decide_existing(call, value.record, value.stale, now)
         elif isinstance(effect, MarkInDoubt):
@@ -895,7 +955,7 @@ class RunnerCore:
 
     def _on_claim(self, call: Call, claim: Claim, now: float) -> None:
         if claim.won or self._ours_unconfirmed(call, claim.record):
-            self._hold(call, claim.record, now)
+            self._hold(call, claim.record, now, won=claim.won)
             return
         self._decide_existing(call, claim.record, claim.stale, now)
 
@@ -910,9 +970,12 @@ class RunnerCore:
             and not record.has_result()
         )
 
-    def _hold(self, call: Call, record: CallRecord, now: float) -> None:
+    def _hold(self, call: Call, record: CallRecord, now: float, *, won: bool) -> None:
+        """The claim is ours. Its lease counts from when the claim was sent; a claim of
+        ours found committed earlier (``won`` false) holds a lease of unknown age."""
         self._unconfirmed.pop(call.key, None)
         call.lease_held = True
+        call.lease_until = call.claim_sent_at + self.lease_seconds if won else float("-inf")
         call.attempts = record.attempts
         if call.function is None:
             # unknown_functions="fail": the claim is ours; answer with a failure.
@@ -953,8 +1016,7 @@ class RunnerCore:
                 call.name,
                 call.key.session_id,
             )
-            self._move(call, Phase.TAKING_OVER)
-            self._emit(
+            self._wait_for_slot(
                 call, TakeOver(call.key, self.owner, self.lease_seconds, record.attempts), now
             )
         elif record.state is CallState.IN_DOUBT:
@@ -975,8 +1037,7 @@ class RunnerCore:
             if call.function is None:
                 self._leave_unknown(call, None, False)
             else:  # re-checking a call whose record vanished: claim it afresh
-                self._move(call, Phase.CLAIMING)
-                self._emit(call, self._claim_effect(call), now)
+                self._wait_for_slot(call, self._claim_effect(call), now)
             return
         self._decide_existing(call, record, found.stale, now)
 
@@ -1047,8 +1108,9 @@ class RunnerCore:
             answer.kind,
         )
         if answer.kind == "rerun":
-            self._move(call, Phase.TAKING_OVER)
-            self._emit(call, TakeOver(call.key, self.owner, self.lease_seconds, attempts), now)
+            self._wait_for_slot(
+                call, TakeOver(call.key, self.owner, self.lease_seconds, attempts), now
+            )
             return
         event: dict[str, Any]
         if answer.kind == "result":
@@ -1068,13 +1130,15 @@ class RunnerCore:
     # -- running -----------------------------------------------------------------------------
 
     def _start_queued(self, now: float) -> None:
+        """Start the claimed calls (each keeps a slot) whose lease is surely still
+        theirs; the others are confirmed by a renewal first."""
         for call in list(self._watch.values()):
-            if self._running >= self.max_concurrency:
-                return
             if call.phase is not Phase.QUEUED or call.function is None:
                 continue
-            limit = call.function.max_concurrency
-            if limit is not None and self._running_by_name[call.name] >= limit:
+            if call.lease_until - now < self.lease_seconds * START_LEASE_SHARE:
+                due = max(now, self._renew_retry_at)
+                if self._renew_at is None or self._renew_at > due:
+                    self._renew_at = due
                 continue
             self._move(call, Phase.RUNNING)
             self._running += 1
@@ -1156,7 +1220,9 @@ class RunnerCore:
         for call in self._calls_of(session_id):
             if call.phase is Phase.QUEUED:
                 self._give_back(call, now)
-            elif call.phase in _NOT_STARTED and call.retry is not None:
+            elif call.phase is Phase.WAITING or (
+                call.phase in _NOT_STARTED and call.retry is not None
+            ):
                 self._done(call, "abandoned_by_serve")
 
     def _give_back(self, call: Call, now: float) -> None:
@@ -1361,12 +1427,31 @@ class RunnerCore:
         self._renewing = False
         self._renew_at = now + self.lease_seconds / 3
         if answer.error is not None:
+            delay = STORE_RETRY_DELAY * 2 ** min(self._renew_failures, 16)
+            self._renew_failures += 1
+            self._renew_retry_at = now + min(STORE_RETRY_MAX_DELAY, delay)
             logger.warning("Could not renew leases, retrying next round: %s", answer.error)
             return
+        self._renew_failures = 0
+        self._renew_retry_at = float("-inf")
+        assert isinstance(answer.effect, RenewLeases)
         lost = answer.value if isinstance(answer.value, tuple) else ()
-        for key in lost:
+        for key in answer.effect.keys:
             call = self.calls.get(key)
-            if call is not None and call.lease_held:
+            if call is None or not call.lease_held:
+                continue
+            if key not in lost:
+                call.lease_until = max(call.lease_until, self._renew_sent_at + self.lease_seconds)
+            elif call.phase is Phase.QUEUED:
+                # Another worker may have taken it, or answered it "outcome unknown":
+                # its function must not start here. A later read decides it afresh.
+                logger.warning(
+                    "Lost the claim on call %s before its function started; not starting it",
+                    key.call_id,
+                )
+                call.lease_held = False
+                self._forget(call)
+            else:
                 logger.warning("Lost the lease on call %s; another worker may take it", key.call_id)
 
     def _on_store_error(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
@@ -1440,8 +1525,11 @@ class RunnerCore:
         for call in list(self._watch.values()):
             if call.retry is not None and call.not_before <= now:
                 effect, call.retry = call.retry, None
+                if isinstance(effect, (ClaimCall, TakeOver)):
+                    call.claim_sent_at = now
                 self._effects.append(effect)
         self._time_out(now)
+        self._claim_waiting(now)
         self._start_queued(now)
         self._take_batches(now)
         for session_id, serves in self._serves_by_session.items():
@@ -1464,6 +1552,7 @@ class RunnerCore:
             held = tuple(c.key for c in self.calls.values() if c.lease_held)
             if held:
                 self._renewing = True
+                self._renew_sent_at = now
                 self._effects.append(RenewLeases(held, self.owner, self.lease_seconds))
             else:
                 self._renew_at = None
@@ -1538,6 +1627,8 @@ class RunnerCore:
             call.not_before = self._store_retry_at
             self._watch[call.key] = call
         else:
+            if isinstance(effect, (ClaimCall, TakeOver)):
+                call.claim_sent_at = now
             self._effects.append(effect)
 
     def _done(self, call: Call, outcome: str) -> None:
@@ -1549,8 +1640,13 @@ class RunnerCore:
         call.retry = None
 
     def _move(self, call: Call, phase: Phase) -> None:
-        """Every phase change goes through here, so ``busy`` needs no scan."""
+        """Every phase change goes through here, so ``busy`` and the kept concurrency
+        slots need no scan."""
         call.phase = phase
+        if phase in _SLOT_PHASES and call.function is not None and self.calls.get(call.key) is call:
+            self._reserved[call.key] = call
+        elif self._reserved.get(call.key) is call:
+            del self._reserved[call.key]
         view = self._sessions.get(call.key.session_id)
         if view is None or view.calls.get(call.key) is not call:
             return  # forgotten: a late answer moves it, but nobody waits on it
@@ -1560,6 +1656,8 @@ class RunnerCore:
             view.unsettled.add(call.key)
 
     def _forget(self, call: Call) -> None:
+        if self._reserved.get(call.key) is call:
+            del self._reserved[call.key]
         self.calls.pop(call.key, None)
         self._watch.pop(call.key, None)
         view = self._view(call.key.session_id)

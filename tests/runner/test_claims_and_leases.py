@@ -1,0 +1,271 @@
+"""A function starts only under a claim the store confirms is still this worker's.
+
+A worker cut off from the store lets its leases lapse; another worker then judges its
+claims stale, marks them in doubt and answers the model "outcome unknown". If the first
+worker started those calls after the heal, the effect would happen although the model
+was told its outcome is unknown. So: claims are taken only when a concurrency slot is
+free (they never wait behind ``max_concurrency``), a claim acknowledged late is renewed
+(which checks it is still ours) before its function starts, and a renewal that finds
+the claim lost stops the function from starting at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from openagentcore.local import FunctionCall, LocalCore
+from openagentcore.runner import CallContext, ServeReport
+from openagentcore.runner._core import RunnerCore
+from openagentcore.runner._effects import (
+    ClaimCall,
+    Effect,
+    RenewLeases,
+    RunFunction,
+    SessionOutcome,
+    StoreAnswer,
+)
+from openagentcore.runner._registry import FunctionRegistry, describe_function
+from openagentcore.store import (
+    CallRecord,
+    CallState,
+    Claim,
+    SQLiteResultStore,
+    StoreUnavailableError,
+)
+from openagentcore.store._sql import Transaction
+from openagentcore.types import FunctionCallAction, Session
+
+from ._support import Harness, applied_calls, one_turn
+
+SESSION = "sess_leases"
+TURN = "turn_leases"
+LEASE = 10.0
+T = TypeVar("T")
+
+
+def charge(amount: int) -> str:
+    """Charge a card (not idempotent)."""
+    return f"charged {amount}"
+
+
+def _core(max_concurrency: int = 1) -> RunnerCore:
+    registry = FunctionRegistry()
+    registry.add(describe_function(charge))
+    return RunnerCore(
+        registry,
+        owner="worker-a",
+        lease_seconds=LEASE,
+        max_concurrency=max_concurrency,
+        unknown_functions="leave",
+        poll_interval=1.0,
+        in_doubt_hook=False,
+        action_hook=False,
+    )
+
+
+def _announce(core: RunnerCore, calls: int, now: float) -> None:
+    """A Session read that lists ``calls`` pending calls of ``charge``."""
+    actions = [
+        FunctionCallAction(
+            turn_id=TURN, call_id=f"call_{n}", name="charge", arguments={"amount": n}
+        )
+        for n in range(calls)
+    ]
+    session = Session.model_construct(
+        id=SESSION, status="requires_action", required_actions=actions, metadata={}, vault_ids=[]
+    )
+    serve = core.attach(SESSION, "idle", now)
+    core.on_connected(serve, now)
+    core.take_effects(now)
+    core.on_session_read(SessionOutcome(SESSION, session), now)
+
+
+def _of(effects: list[Effect], kind: type[T]) -> list[T]:
+    return [effect for effect in effects if isinstance(effect, kind)]
+
+
+def _won(effect: ClaimCall, now: float) -> StoreAnswer:
+    record = CallRecord(
+        key=effect.key,
+        function_name=effect.function_name,
+        arguments_hash=effect.arguments_hash,
+        state=CallState.STARTED,
+        result=None,
+        idempotency_key="oac-test",
+        attempts=1,
+        owner=effect.owner,
+        lease_expires_at=now + effect.lease_seconds,
+        created_at=now,
+        updated_at=now,
+    )
+    return StoreAnswer(effect, Claim(won=True, record=record))
+
+
+def test_claims_are_taken_only_when_a_slot_is_free() -> None:
+    core = _core(max_concurrency=1)
+    _announce(core, 4, 0.0)
+
+    claims = _of(core.take_effects(0.0), ClaimCall)
+
+    assert [claim.key.call_id for claim in claims] == ["call_0"]
+    core.on_store_answer(_won(claims[0], 0.0), 0.01)
+    effects = core.take_effects(0.01)
+    assert [run.key.call_id for run in _of(effects, RunFunction)] == ["call_0"]
+    assert _of(effects, ClaimCall) == []  # the others are not claimed behind it
+
+
+def test_a_claim_acknowledged_after_its_lease_lapsed_does_not_start_its_function() -> None:
+    """The claim was sent at 0 and its COMMIT acknowledged at 12 (a lease of 10): meanwhile
+    another worker judged it stale and marked it in doubt. It must not start."""
+    core = _core()
+    _announce(core, 1, 0.0)
+    (claim,) = _of(core.take_effects(0.0), ClaimCall)
+
+    core.on_store_answer(_won(claim, 0.0), LEASE + 2)
+    effects = core.take_effects(LEASE + 2)
+
+    assert _of(effects, RunFunction) == []
+    (renewal,) = _of(effects, RenewLeases)
+    assert renewal.keys == (claim.key,)
+    # The other worker marked it in doubt: the renewal finds the claim lost.
+    core.on_store_answer(StoreAnswer(renewal, (claim.key,)), LEASE + 2.1)
+    assert _of(core.take_effects(LEASE + 2.1), RunFunction) == []
+    assert claim.key not in core.calls
+
+
+def test_a_claim_acknowledged_late_starts_once_a_renewal_confirms_it() -> None:
+    core = _core()
+    _announce(core, 1, 0.0)
+    (claim,) = _of(core.take_effects(0.0), ClaimCall)
+    core.on_store_answer(_won(claim, 0.0), LEASE + 2)
+    (renewal,) = _of(core.take_effects(LEASE + 2), RenewLeases)
+
+    core.on_store_answer(StoreAnswer(renewal, ()), LEASE + 2.1)
+
+    (run,) = _of(core.take_effects(LEASE + 2.1), RunFunction)
+    assert run.key == claim.key
+
+
+def test_a_failed_confirmation_is_retried_later_and_never_starts_the_function() -> None:
+    core = _core()
+    _announce(core, 1, 0.0)
+    (claim,) = _of(core.take_effects(0.0), ClaimCall)
+    core.on_store_answer(_won(claim, 0.0), LEASE + 2)
+    (renewal,) = _of(core.take_effects(LEASE + 2), RenewLeases)
+
+    core.on_store_answer(StoreAnswer(renewal, error=StoreUnavailableError("down")), LEASE + 2.1)
+
+    effects = core.take_effects(LEASE + 2.1)
+    assert _of(effects, RunFunction) == []
+    assert _of(effects, RenewLeases) == []  # not at once: the store is down
+    assert _of(core.take_effects(LEASE + 3), RenewLeases) != []
+
+
+# -- two workers, one store ----------------------------------------------------------------
+
+
+class CutOffStore(SQLiteResultStore):
+    """A SQLite store one worker reaches through a link that can be cut: while
+    ``cut`` is set, every read and write fails as an unreachable database does."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.cut = threading.Event()
+
+    def _check_link(self) -> None:
+        if self.cut.is_set():
+            raise StoreUnavailableError("test: this worker is cut off from the store")
+
+    def _write(self, work: Callable[[Transaction], T], *, synced: bool = True) -> T:
+        self._check_link()
+        return super()._write(work, synced=synced)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Transaction]:
+        self._check_link()
+        with super()._reading() as transaction:
+            yield transaction
+
+
+RUNNER_COMBINATIONS = [("sync", "def"), ("async", "def")]
+CALLS = 4
+
+
+def test_calls_another_worker_answered_in_doubt_never_start_after_the_heal(
+    make_core: Callable[..., LocalCore],
+    make_harness: Callable[..., Harness],
+    tmp_path: Path,
+) -> None:
+    """Worker A (the runner under test) runs the first of four calls of a non-idempotent
+    function with ``max_concurrency=1``, and is then cut off from the store. Its lease
+    lapses; worker B judges A's claims stale, marks them in doubt and answers the model
+    "outcome unknown". After the heal, A must not start any call B answered so."""
+    core = make_core(
+        scenario=one_turn([FunctionCall("charge", {"amount": n}) for n in range(CALLS)])
+    )
+    store_a = CutOffStore(tmp_path / "calls.db")
+    worker_a = make_harness(
+        core, store=store_a, lease_seconds=1.0, max_concurrency=1, poll_interval=0.2
+    )
+    # A plays a worker on another machine: B judges its claims by their lease alone
+    # (an open runner of B's own process would always be trusted to be alive).
+    worker_a.runner._core.owner = "worker-a-on-another-host"
+    started_on_a: list[tuple[str, bool]] = []
+    cut_off = threading.Event()
+    healed = threading.Event()
+
+    def charge_on_a(amount: int, ctx: CallContext) -> str:
+        """Charge a card (not idempotent)."""
+        started_on_a.append((ctx.call_id, store_a.cut.is_set() or healed.is_set()))
+        if not cut_off.is_set():
+            store_a.cut.set()
+            cut_off.set()
+            healed.wait(30)
+        return f"charged {amount} on A"
+
+    worker_a.runner.function(name="charge")(charge_on_a)
+    session_id = worker_a.create_session()
+    serving_a: list[ServeReport] = []
+    serving = threading.Thread(
+        target=lambda: serving_a.append(worker_a.serve(session_id, timeout=60)), daemon=True
+    )
+    serving.start()
+    assert cut_off.wait(20), "worker A never started a call"
+
+    worker_b = Harness(
+        core, "sync", store=SQLiteResultStore(tmp_path / "calls.db"), poll_interval=0.2
+    )
+    try:
+        started_on_b: list[str] = []
+
+        def charge_on_b(amount: int, ctx: CallContext) -> str:
+            """Charge a card (not idempotent)."""
+            started_on_b.append(ctx.call_id)
+            return f"charged {amount} on B"
+
+        worker_b.runner.function(name="charge")(charge_on_b)
+        report_b = worker_b.serve(session_id, timeout=30)
+    finally:
+        worker_b.close()
+    store_a.cut.clear()
+    healed.set()
+    serving.join(60)
+    assert serving_a, "worker A's serve did not end"
+
+    in_doubt_by_b = {key.call_id for key in report_b.in_doubt}
+    assert in_doubt_by_b, "B marked nothing in doubt: the scenario did not happen"
+    started_after_the_cut = {call_id for call_id, late in started_on_a if late}
+    assert started_after_the_cut & in_doubt_by_b == set(), (
+        f"A started {sorted(started_after_the_cut)} after B answered "
+        f"{sorted(in_doubt_by_b)} 'outcome unknown'"
+    )
+    # Every call got exactly one answer, and each ran at most once in all.
+    runs = [call_id for call_id, _ in started_on_a] + started_on_b
+    assert len(runs) == len(set(runs))
+    calls = applied_calls(worker_a.client, session_id)
+    assert len(calls) == CALLS
+    assert all(applied.output is not None for applied in calls.values())
