@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import pytest
 
 from openagentcore.local import FunctionCall, LocalCore
-from openagentcore.runner import CallContext, ServeReport
+from openagentcore.runner import CallContext, ServeReport, ServeTimeout
 from openagentcore.runner._core import RunnerCore
 from openagentcore.runner._effects import (
     ClaimCall,
@@ -30,6 +33,7 @@ from openagentcore.runner._effects import (
 )
 from openagentcore.runner._registry import FunctionRegistry, describe_function
 from openagentcore.store import (
+    CallKey,
     CallRecord,
     CallState,
     Claim,
@@ -269,3 +273,93 @@ def test_calls_another_worker_answered_in_doubt_never_start_after_the_heal(
     calls = applied_calls(worker_a.client, session_id)
     assert len(calls) == CALLS
     assert all(applied.output is not None for applied in calls.values())
+
+
+# -- the store and the report are final when a serve runs out of time or the runner closes
+
+
+def _one_call_session(
+    make_core: Callable[..., LocalCore],
+    make_harness: Callable[..., Harness],
+    path: Path,
+    body: Callable[[CallContext], None],
+    **options: Any,
+) -> tuple[Harness, str, list[CallContext]]:
+    core = make_core(scenario=one_turn([FunctionCall("charge", {"amount": 5})]))
+    harness = make_harness(core, store=SQLiteResultStore(path), **options)
+    contexts: list[CallContext] = []
+
+    def charge(amount: int, ctx: CallContext) -> str:
+        """Charge a card (not idempotent)."""
+        contexts.append(ctx)
+        body(ctx)
+        return f"charged {amount}"
+
+    harness.runner.function(charge)
+    return harness, harness.create_session(), contexts
+
+
+def _state_in(path: Path, ctx: CallContext) -> CallState:
+    store = SQLiteResultStore(path)
+    try:
+        record = store.get(CallKey(ctx.session_id, ctx.turn_id, ctx.call_id))
+    finally:
+        store.close()
+    assert record is not None
+    return record.state
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_a_call_finishing_in_the_grace_is_reported_and_recorded_submitted(
+    make_core: Callable[..., LocalCore],
+    make_harness: Callable[..., Harness],
+    tmp_path: Path,
+) -> None:
+    """The serve runs out of time while the function runs; the function ends in the
+    grace and the server accepts its result. When ServeTimeout is raised, the report
+    counts the call and the record says the result was submitted, even if the runner is
+    closed at once."""
+    path = tmp_path / "calls.db"
+    made: list[Harness] = []
+
+    def out_of_time(ctx: CallContext) -> None:
+        _until(lambda: not made[0].runner._core.serves, "the serve to run out of time")
+
+    harness, session_id, contexts = _one_call_session(
+        make_core, make_harness, path, out_of_time, shutdown_grace=20
+    )
+    made.append(harness)
+    with pytest.raises(ServeTimeout) as raised:
+        harness.serve(session_id, timeout=2)
+    harness.close()
+
+    assert len(contexts) == 1, "the function did not start before the serve's timeout"
+    assert raised.value.report.calls_run == 1
+    assert _state_in(path, contexts[0]) in (CallState.SUBMITTED, CallState.APPLIED)
+
+
+def test_close_waits_for_the_result_of_a_call_a_timed_out_serve_left(
+    make_core: Callable[..., LocalCore],
+    make_harness: Callable[..., Harness],
+    tmp_path: Path,
+) -> None:
+    """The serve's grace ends with the function still running; it ends afterwards, and
+    ``close()`` returns only once its result is posted and recorded as submitted."""
+    path = tmp_path / "calls.db"
+    released = threading.Event()
+    harness, session_id, contexts = _one_call_session(
+        make_core, make_harness, path, lambda ctx: released.wait(30), shutdown_grace=3
+    )
+    with pytest.raises(ServeTimeout):
+        harness.serve(session_id, timeout=1)
+    assert len(contexts) == 1, "the function did not start before the serve's timeout"
+    released.set()
+    harness.close()
+
+    assert _state_in(path, contexts[0]) in (CallState.SUBMITTED, CallState.APPLIED)

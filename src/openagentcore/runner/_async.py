@@ -200,7 +200,7 @@ class AsyncFunctionRunner(AsyncServing):
             return
         # Out of time: give back claims nobody will run, let running calls finish and
         # post within the grace, then report.
-        self._core.detach(serve, self._now())
+        self._core.detach(serve, self._now(), grace=True)
         self._wake()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle(serve.session_id), self.shutdown_grace)
@@ -209,13 +209,13 @@ class AsyncFunctionRunner(AsyncServing):
     async def _ended(self) -> None:
         """Until no call is in progress and every serve has returned."""
         assert self._changed is not None
-        while self._core.busy() or self._core.serves:
+        while self._core.settling() or self._core.serves:
             self._changed.clear()
             await self._changed.wait()
 
     async def _idle(self, session_id: str | None = None) -> None:
         assert self._changed is not None
-        while self._core.busy(session_id):
+        while self._core.settling(session_id):
             self._changed.clear()
             await self._changed.wait()
 

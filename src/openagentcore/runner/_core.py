@@ -428,6 +428,9 @@ class RunnerCore:
         self.unreachable_timeout = unreachable_timeout
         self.calls: dict[CallKey, Call] = {}
         self.serves: dict[int, Serve] = {}
+        #: Serves out of time, in their grace: they follow nothing, but their reports
+        #: still count what becomes of their Session's calls (until detached again).
+        self._in_grace: dict[int, Serve] = {}
         self._serves_by_session: dict[str, dict[int, Serve]] = {}
         self._sessions: dict[str, _SessionView] = {}
         self._last_serve_id = 0
@@ -478,9 +481,20 @@ class RunnerCore:
             self._want_read(view, now)
         return serve
 
-    def detach(self, serve: Serve, now: float) -> None:
+    def detach(self, serve: Serve, now: float, *, grace: bool = False) -> None:
         """The serve ended, however it ended. Running functions go on and their results
-        are saved and posted in the background; claims nobody will run are released."""
+        are saved and posted in the background; claims nobody will run are released.
+
+        With ``grace`` (the serve ran out of time and waits for what it started to
+        settle), its report still counts what happens to the Session's calls until the
+        serve is detached again.
+        """
+        if grace:
+            self._in_grace[serve.id] = serve
+        else:
+            self._in_grace.pop(serve.id, None)
+        if self._marks:
+            self._marks_due = min(self._marks_due, now)  # nobody may wait to batch more
         was_attached = self.serves.pop(serve.id, None) is not None
         attached = self._serves_by_session.get(serve.session_id, {})
         attached.pop(serve.id, None)
@@ -579,6 +593,14 @@ class RunnerCore:
             for key, seen in view.refused.items()
             if key.turn_id == serve.target_turn and key in view.pending and view.snapshots > seen
         ]
+
+    def settling(self, session_id: str | None = None) -> bool:
+        """Whether calls (of one Session, or any) still need this runner, counting the
+        progress marks of results already posted: a serve out of time or a runner
+        closing waits for these too, so the store is final when it returns."""
+        if session_id is None:
+            return self.busy() or bool(self._marks) or self._marks_writing
+        return self.busy(session_id) or self._marks_outstanding(session_id)
 
     def busy(self, session_id: str | None = None) -> bool:
         """Whether calls (of one Session, or any) still need this runner."""
@@ -1391,6 +1413,10 @@ class RunnerCore:
             return
         if not self._marks:
             self._marks_due = now + MARK_DELAY
+        if not self._serves_of(key.session_id):
+            # Nobody serves the Session any more (its serve ran out of time, or ended
+            # while this call finished): no more results to batch with, write at once.
+            self._marks_due = min(self._marks_due, now)
         self._marks[key] = to  # a later mark (applied) supersedes an earlier one
         self._marks_failed = False
 
@@ -1676,12 +1702,17 @@ class RunnerCore:
     def _calls_of(self, session_id: str) -> list[Call]:
         return list(self._view(session_id).calls.values())
 
+    def _reporting(self, session_id: str) -> list[Serve]:
+        """The serves whose reports count what happens to the Session's calls."""
+        in_grace = [serve for serve in self._in_grace.values() if serve.session_id == session_id]
+        return self._serves_of(session_id) + in_grace
+
     def _count(self, session_id: str, name: str, amount: int = 1) -> None:
-        for serve in self._serves_of(session_id):
+        for serve in self._reporting(session_id):
             setattr(serve.report, name, getattr(serve.report, name) + amount)
 
     def _report_key(self, session_id: str, name: str, key: CallKey) -> None:
-        for serve in self._serves_of(session_id):
+        for serve in self._reporting(session_id):
             keys: list[CallKey] = getattr(serve.report, name)
             if key not in keys:
                 keys.append(key)
