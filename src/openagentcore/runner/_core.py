@@ -54,7 +54,6 @@ from ..types import (
     SessionEvent,
     SessionSnapshotEvent,
     TerminalTurnEvent,
-    TurnCreatedEvent,
 )
 from ._effects import (
     AskInDoubt,
@@ -97,6 +96,7 @@ from ._results import (
 
 __all__ = [
     "Call",
+    "ContentKey",
     "InDoubtCall",
     "InDoubtDecision",
     "PendingCall",
@@ -104,6 +104,7 @@ __all__ = [
     "RunnerCore",
     "RunnerError",
     "Serve",
+    "content_key",
 ]
 
 logger = logging.getLogger("openagentcore.runner")
@@ -143,9 +144,11 @@ _DIFFERENT_RESULT = "different result"
 _CANNOT_ACCEPT = "cannot accept this input"
 
 #: What a serve waits for: the Session idle, its Turn ended, ``stop()``, its stream
-#: connected (``run_turn`` before it sends input), the stream to show the Turn its input
-#: started (``run_turn`` after), or one reconciliation (``recover``).
+#: connected (``run_turn`` before it sends input), the stream to show the Item of the
+#: input ``run_turn`` sent (and so its Turn), or one reconciliation (``recover``).
 Mode = Literal["idle", "turn", "forever", "connected", "created", "once"]
+#: What identifies a message by its content: each part's type and text or image.
+ContentKey = tuple[tuple[str, str], ...]
 #: The modes of ``run_turn``, whose serve keeps what the stream shows of each Turn.
 _TURN_MODES = frozenset({"connected", "created", "turn"})
 
@@ -342,9 +345,11 @@ class Serve:
     messages_by_turn: dict[str, list[MessageItem]] = field(default_factory=dict)
     ends_by_turn: dict[str, str] = field(default_factory=dict)
     reconnects_at_turn_start: int = 0
-    #: Root Turns the stream showed created, in order; and, in mode ``created``, the
-    #: first one created after ``run_turn`` sent its input.
-    turns_created: list[str] = field(default_factory=list)
+    #: In mode ``created``: the content of the first message ``run_turn`` sent
+    #: (:func:`content_key`), and the Turn of the first user Item streamed with that
+    #: content since, which is the Turn the input started or joined. The first Turn
+    #: created is not: another client's input may start (and end) one first.
+    input_key: ContentKey = ()
     created_turn: str | None = None
 
     @property
@@ -532,21 +537,20 @@ class RunnerCore:
                         call.cancelled = True
                         self._effects.append(CancelFunction(call.key))
 
-    def expect_turn(self, serve: Serve, reconnects: int) -> bool:
-        """``run_turn`` is about to send its input; ``reconnects`` is the count now.
+    def expect_turn(self, serve: Serve, reconnects: int, input_key: ContentKey) -> bool:
+        """``run_turn`` is about to send its input, whose first message has the content
+        ``input_key``; ``reconnects`` is the count now.
 
-        Whether the stream can name the Turn the input lands in, saving a request: it
-        can when the Session is idle (or failed) as far as this runner knows and no Turn
-        the stream showed created is still open, for then the input starts a Turn and
-        the first Turn created from now on is it (a Turn someone else started meanwhile
-        is one the input joins). The serve then waits (mode ``created``) for that Turn,
-        or for a reconnect, after which the caller lists the Turns instead.
+        Whether the stream can name the Turn the input lands in, saving a request: the
+        input's first message becomes a user Item of that Turn (the one it started, or
+        the running one it joined), streamed as ``item.added``. The serve then waits
+        (mode ``created``) for that Item, or for a reconnect, after which the caller
+        looks the Item up in the Session's history instead.
         """
-        open_turn = any(turn not in serve.ends_by_turn for turn in serve.turns_created)
-        view = self._view(serve.session_id)
         serve.reconnects_at_turn_start = reconnects
         serve.created_turn = None
-        if serve.connected and view.status in _TERMINAL_STATUSES and not open_turn:
+        serve.input_key = input_key
+        if serve.connected:
             serve.until = "created"
         return serve.until == "created"
 
@@ -663,6 +667,13 @@ class RunnerCore:
             item = event.item
             if isinstance(item, FunctionCallOutputItem):
                 self._on_output(CallKey(serve.session_id, item.turn_id, item.call_id), now)
+            elif isinstance(item, MessageItem) and item.role == "user":
+                if (
+                    serve.until == "created"
+                    and serve.created_turn is None
+                    and content_key(item.content) == serve.input_key
+                ):
+                    serve.created_turn = item.turn_id or event.turn_id
             elif (
                 isinstance(item, MessageItem)
                 and isinstance(event, ItemDoneEvent)
@@ -684,13 +695,6 @@ class RunnerCore:
                 serve.ends_by_turn[event.turn_id] = status
             if event.turn_id == serve.target_turn:
                 serve.target_turn_status = status
-            return
-        if isinstance(event, TurnCreatedEvent) and serve.until in _TURN_MODES:
-            if event.turn is not None and event.turn.subagent_id is not None:
-                return  # a subagent's Turn, inside the root Turn
-            serve.turns_created.append(event.turn_id)
-            if serve.until == "created" and serve.created_turn is None:
-                serve.created_turn = event.turn_id
 
     def _cancel_turn(self, session_id: str, turn_id: str, now: float) -> None:
         """The Turn was cancelled: its running functions are asked to stop, and its
@@ -1767,6 +1771,19 @@ def _terminal_status(event: TerminalTurnEvent) -> str:
     return kind.rsplit(".", 1)[-1]
 
 
+def content_key(parts: Iterable[object]) -> ContentKey:
+    """The content of a message as sent (``UserMessage.content``) or as stored (a user
+    Item's ``content``), in a form the two compare equal by."""
+    key: list[tuple[str, str]] = []
+    for part in parts:
+        kind = str(getattr(part, "type", ""))
+        value = getattr(part, "text", None)
+        if value is None:
+            value = getattr(part, "image_url", "")
+        key.append((kind, str(value)))
+    return tuple(key)
+
+
 def _sendable(key: CallKey) -> bool:
     """Whether a result naming ``key`` can be sent: JSON goes out as UTF-8."""
     try:
@@ -1780,14 +1797,14 @@ def heeds(event: SessionEvent) -> bool:
     """Whether :meth:`RunnerCore.on_event` may act on ``event``. Drivers hand the core
     only these: text deltas, content parts, a Turn starting, a call whose arguments are
     still streaming change nothing, and a round for each would cost as much as a call's."""
-    if isinstance(event, (SessionSnapshotEvent, TerminalTurnEvent, TurnCreatedEvent)):
+    if isinstance(event, (SessionSnapshotEvent, TerminalTurnEvent)):
         return True
     if isinstance(event, (ItemAddedEvent, ItemDoneEvent)):
         item = event.item
         if isinstance(item, FunctionCallItem):
             return _is_complete_call(event, item)
         if isinstance(item, MessageItem):
-            return isinstance(event, ItemDoneEvent)
+            return isinstance(event, ItemDoneEvent) or item.role == "user"
         return isinstance(item, FunctionCallOutputItem)
     return False
 
