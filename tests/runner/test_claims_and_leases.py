@@ -12,6 +12,9 @@ the claim lost stops the function from starting at all.
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +25,7 @@ import pytest
 
 from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import CallContext, ServeReport, ServeTimeout
-from openagentcore.runner._core import RunnerCore
+from openagentcore.runner._core import Phase, RunnerCore
 from openagentcore.runner._effects import (
     ClaimCall,
     Effect,
@@ -37,6 +40,8 @@ from openagentcore.store import (
     CallRecord,
     CallState,
     Claim,
+    PostgresResultStore,
+    ResultStore,
     SQLiteResultStore,
     StoreUnavailableError,
 )
@@ -196,53 +201,116 @@ class CutOffStore(SQLiteResultStore):
 
 
 RUNNER_COMBINATIONS = [("sync", "def"), ("async", "def")]
+POSTGRES_DSN_ENV = "OPENAGENTCORE_TEST_POSTGRES_DSN"
 CALLS = 4
 
 
-def test_calls_another_worker_answered_in_doubt_never_start_after_the_heal(
+class Partition:
+    """A loopback TCP relay in front of PostgreSQL that can partition the network: while
+    cut, the bytes of every connection wait in both directions (as unacknowledged TCP
+    segments do) and flow again, in order, once healed. A COMMIT sent before the cut is
+    acknowledged only after the heal."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._upstream = (host, port)
+        self._open = threading.Event()
+        self._open.set()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="partition", daemon=True).start()
+
+    def cut(self) -> None:
+        self._open.clear()
+
+    def heal(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        self._open.set()
+        self._listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self._upstream)
+            self._sockets += [client, upstream]
+            for source, target in ((client, upstream), (upstream, client)):
+                threading.Thread(
+                    target=self._relay, args=(source, target), name="partition", daemon=True
+                ).start()
+
+    def _relay(self, source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                self._open.wait()
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+def _two_workers(
     make_core: Callable[..., LocalCore],
     make_harness: Callable[..., Harness],
-    tmp_path: Path,
+    store_a: ResultStore,
+    store_b: ResultStore,
+    cut: Callable[[], None],
+    heal: Callable[[], None],
+    lease_seconds: float,
 ) -> None:
     """Worker A (the runner under test) runs the first of four calls of a non-idempotent
-    function with ``max_concurrency=1``, and is then cut off from the store. Its lease
-    lapses; worker B judges A's claims stale, marks them in doubt and answers the model
-    "outcome unknown". After the heal, A must not start any call B answered so."""
+    function with ``max_concurrency=1``, and is then cut off from the store (``cut``).
+    Its lease lapses; worker B judges A's claims stale, marks them in doubt and answers
+    the model "outcome unknown". After ``heal``, A must not start any call B answered
+    so."""
     core = make_core(
         scenario=one_turn([FunctionCall("charge", {"amount": n}) for n in range(CALLS)])
     )
-    store_a = CutOffStore(tmp_path / "calls.db")
     worker_a = make_harness(
-        core, store=store_a, lease_seconds=1.0, max_concurrency=1, poll_interval=0.2
+        core, store=store_a, lease_seconds=lease_seconds, max_concurrency=1, poll_interval=0.2
     )
     # A plays a worker on another machine: B judges its claims by their lease alone
     # (an open runner of B's own process would always be trusted to be alive).
-    worker_a.runner._core.owner = "worker-a-on-another-host"
+    core_a = worker_a.runner._core
+    core_a.owner = "worker-a-on-another-host"
     started_on_a: list[tuple[str, bool]] = []
     cut_off = threading.Event()
     healed = threading.Event()
 
+    def claims_in_flight() -> bool:
+        return any(call.phase is Phase.CLAIMING for call in list(core_a.calls.values()))
+
     def charge_on_a(amount: int, ctx: CallContext) -> str:
         """Charge a card (not idempotent)."""
-        started_on_a.append((ctx.call_id, store_a.cut.is_set() or healed.is_set()))
+        started_on_a.append((ctx.call_id, cut_off.is_set()))
         if not cut_off.is_set():
-            store_a.cut.set()
+            # The cut comes once every claim A sent is answered, whatever A claims.
+            _until(lambda: not claims_in_flight(), "A's claims to be answered")
+            cut()
             cut_off.set()
-            healed.wait(30)
+            healed.wait(60)
         return f"charged {amount} on A"
 
     worker_a.runner.function(name="charge")(charge_on_a)
     session_id = worker_a.create_session()
     serving_a: list[ServeReport] = []
     serving = threading.Thread(
-        target=lambda: serving_a.append(worker_a.serve(session_id, timeout=60)), daemon=True
+        target=lambda: serving_a.append(worker_a.serve(session_id, timeout=90)), daemon=True
     )
     serving.start()
     assert cut_off.wait(20), "worker A never started a call"
 
-    worker_b = Harness(
-        core, "sync", store=SQLiteResultStore(tmp_path / "calls.db"), poll_interval=0.2
-    )
+    worker_b = Harness(core, "sync", store=store_b, poll_interval=0.2)
     try:
         started_on_b: list[str] = []
 
@@ -255,9 +323,9 @@ def test_calls_another_worker_answered_in_doubt_never_start_after_the_heal(
         report_b = worker_b.serve(session_id, timeout=30)
     finally:
         worker_b.close()
-    store_a.cut.clear()
+    heal()
     healed.set()
-    serving.join(60)
+    serving.join(90)
     assert serving_a, "worker A's serve did not end"
 
     in_doubt_by_b = {key.call_id for key in report_b.in_doubt}
@@ -273,6 +341,74 @@ def test_calls_another_worker_answered_in_doubt_never_start_after_the_heal(
     calls = applied_calls(worker_a.client, session_id)
     assert len(calls) == CALLS
     assert all(applied.output is not None for applied in calls.values())
+
+
+def test_calls_another_worker_answered_in_doubt_never_start_after_the_heal(
+    make_core: Callable[..., LocalCore],
+    make_harness: Callable[..., Harness],
+    tmp_path: Path,
+) -> None:
+    """On a shared SQLite file, A's link to it failing (every operation raises)."""
+    store_a = CutOffStore(tmp_path / "calls.db")
+    _two_workers(
+        make_core,
+        make_harness,
+        store_a,
+        SQLiteResultStore(tmp_path / "calls.db"),
+        cut=store_a.cut.set,
+        heal=store_a.cut.clear,
+        lease_seconds=1.0,
+    )
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """``(dsn, schema)``: a schema of its own, dropped afterwards."""
+    dsn = os.environ.get(POSTGRES_DSN_ENV)
+    if not dsn:
+        pytest.skip(f"set {POSTGRES_DSN_ENV} to run the PostgreSQL tests")
+    import psycopg
+
+    schema = f"oac_claims_{secrets.token_hex(4)}"
+    yield dsn, schema
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.postgres
+def test_calls_another_worker_answered_in_doubt_never_start_after_a_partition_heals(
+    make_core: Callable[..., LocalCore],
+    make_harness: Callable[..., Harness],
+    pg_schema: tuple[str, str],
+) -> None:
+    """On PostgreSQL, A reaching it through a network partition: A's requests and the
+    server's answers wait while it lasts and arrive after the heal."""
+    from psycopg import conninfo as psycopg_conninfo
+
+    dsn, schema = pg_schema
+    address = psycopg_conninfo.conninfo_to_dict(dsn)
+    partition = Partition(str(address.get("host", "127.0.0.1")), int(address.get("port", 5432)))
+    # As a fleet should be set up: a transaction whose client went silent does not hold
+    # its row locks (and so every other worker) for as long as the partition lasts.
+    via_partition = psycopg_conninfo.make_conninfo(
+        dsn,
+        host="127.0.0.1",
+        port=partition.port,
+        options="-c idle_in_transaction_session_timeout=1000",
+    )
+    PostgresResultStore(dsn, schema=schema).close()  # create the table before the cut
+    try:
+        _two_workers(
+            make_core,
+            make_harness,
+            PostgresResultStore(via_partition, schema=schema),
+            PostgresResultStore(dsn, schema=schema),
+            cut=partition.cut,
+            heal=partition.heal,
+            lease_seconds=2.0,
+        )
+    finally:
+        partition.close()
 
 
 # -- the store and the report are final when a serve runs out of time or the runner closes
