@@ -1,9 +1,11 @@
 """A support bot whose functions are served by a FunctionRunner.
 
 Runs against the local emulator it starts itself (no API key, no network), or against a
-real server when OPENAGENTCORE_BASE_URL and OPENAGENTCORE_API_KEY are set:
+real server when OPENAGENTCORE_BASE_URL and OPENAGENTCORE_API_KEY are set. The result
+store is calls.db in the current directory, kept after the run, so you can look at it:
 
     python examples/quickstart.py
+    openagentcore calls list --store calls.db
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
@@ -108,31 +109,35 @@ def server() -> Iterator[tuple[str | None, str | None]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, help="SQLite result store (default: a temp file)")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        default=Path("calls.db"),
+        help="SQLite result store, kept after the run (default: calls.db here)",
+    )
     parser.add_argument("--model", default="scripted", help="model for the Agent")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp, server() as (base_url, api_key):
-        store_path = args.store or Path(tmp) / "calls.db"
-        with Client(base_url=base_url, api_key=api_key) as client:
-            runner = build_runner(client, store_path)
-            print(f"Serving {len(runner.tools)} functions; results saved in {store_path}")
+    with server() as (base_url, api_key), Client(base_url=base_url, api_key=api_key) as client:
+        runner = build_runner(client, args.store)
+        print(f"Serving {len(runner.tools)} functions; results saved in {args.store}")
 
-            session = client.sessions.create(
-                agent={"model": args.model, "tools": runner.tools},
-                input="Ticket T-1 cannot log in. Find help and escalate it.",
-            )
-            print(f"Session {session.id} created ({session.status})")
-            report = runner.serve(session.id, timeout=60)
-            print(f"First Turn settled: {report.calls_run} calls run, status {report.final_status}")
-            for item in client.sessions.items.list(session.id, order="asc"):
-                if isinstance(item, MessageItem) and item.role == "assistant":
-                    print(f"Agent: {item.output_text}")
+        session = client.sessions.create(
+            agent={"model": args.model, "tools": runner.tools},
+            input="Ticket T-1 cannot log in. Find help and escalate it.",
+        )
+        print(f"Session {session.id} created ({session.status})")
+        report = runner.serve(session.id, timeout=60)
+        print(f"First Turn settled: {report.calls_run} calls run, status {report.final_status}")
+        for item in client.sessions.items.list(session.id, order="asc"):
+            if isinstance(item, MessageItem) and item.role == "assistant":
+                print(f"Agent: {item.output_text}")
 
-            result = runner.run_turn(session.id, "Summarise what you did.", timeout=60)
-            print(f"Second Turn {result.status}: {result.report.calls_run} calls run")
-            print(f"Answer: {result.text}")
-            runner.close()
+        result = runner.run_turn(session.id, "Summarise what you did.", timeout=60)
+        print(f"Second Turn {result.status}: {result.report.calls_run} calls run")
+        print(f"Answer: {result.text}")
+        runner.close()
+    print(f"Next: openagentcore calls list --store {args.store}")
 
 
 if __name__ == "__main__":

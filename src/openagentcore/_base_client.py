@@ -10,7 +10,9 @@ headers that never change, run an auth flow and event hooks that are empty, and 
 every response for cookies, which cost nearly as much CPU as the HTTP protocol. What
 ``send`` does that matters is done here (cookies kept when a server sets them, the
 response's ``elapsed``, httpx's log line, refusing a closed client). A client passed in
-as ``http_client`` always goes through ``send``, with whatever it was configured with.
+as ``http_client`` always goes through ``send``, with whatever it was configured with;
+its attempts (and those through a proxy) are bounded from outside, since the
+per-request deadline reaches only the SDK's own transports.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import dataclasses
 import functools
 import logging
 import os
+import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,6 +39,8 @@ from ._errors import (
     APIError,
     APIResponseValidationError,
     APIStatusError,
+    APITimeoutError,
+    NotFoundError,
     OpenAgentCoreError,
     ResponseTooLargeError,
     _transport_error,
@@ -203,7 +208,7 @@ class _ClientCore:
                 "including /v1, e.g. the URL `openagentcore dev` prints."
             )
         self.__api_key = api_key
-        url = httpx.URL(str(base_url))
+        url = _checked_base_url(str(base_url))
         if not url.raw_path.endswith(b"/"):
             url = url.copy_with(raw_path=url.raw_path + b"/")
         self.base_url = url
@@ -421,14 +426,29 @@ class _ClientCore:
     def _status_error(self, response: httpx.Response, data: bytes) -> APIStatusError:
         buffered = _buffered(response, data)
         error = status_error(buffered, self._error_body(data))
-        if (
-            error.status_code == 404
-            and error.code == "unsupported_operation"
-            and not self.base_url.path.rstrip("/").endswith("/v1")
-        ):
-            hint = self.display_url.join("v1")
-            error.message += f" (base_url has no /v1 at its end: did you mean {str(hint)!r}?)"
+        if isinstance(error, NotFoundError) and error.route_missing:
+            error.message = self._wrong_base_url(error)
         return error
+
+    def _wrong_base_url(self, error: NotFoundError) -> str:
+        """What a 404 naming no API route means: ``base_url`` does not point at the API
+        root. Names the URL requested (no user info, no query) and the likely fix."""
+        url = error.response.request.url
+        requested = str(url.copy_with(userinfo=b"", query=None))
+        why = (
+            f": the API has no such route ({error.message})"
+            if error.from_api
+            else " without the API's error body, so something other than the API answered"
+        )
+        fix = "base_url must be the API root, ending in /v1"
+        if not self.base_url.path.rstrip("/").endswith("/v1"):
+            fix += f": did you mean {str(self.display_url.join('v1'))!r}?"
+        else:
+            fix += " (the URL `openagentcore dev` or your server's documentation gives)"
+        return (
+            f"base_url {str(self.display_url)!r} looks wrong: {error.response.request.method} "
+            f"{requested} answered 404{why}; {fix}"
+        )
 
     def _error_body(self, data: bytes) -> object:
         try:
@@ -503,6 +523,38 @@ def _check_api_key(api_key: str) -> None:
         )
     if " " in api_key:
         raise OpenAgentCoreError("The API key contains a space; pass the bare key.")
+
+
+def _checked_base_url(base_url: str) -> httpx.URL:
+    """``base_url`` parsed, or an error saying what to change. Paths are appended to
+    it, so a query or fragment would be dropped from every request (and a token in it
+    shown by ``repr``); the message never repeats them."""
+    where = f"base_url (or {BASE_URL_ENV})"
+    if "://" not in base_url:
+        raise OpenAgentCoreError(
+            f"{where} has no scheme; start it with http:// or https://, e.g. "
+            "'http://127.0.0.1:8765/v1' (the URL `openagentcore dev` prints)"
+        )
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https"):
+        raise OpenAgentCoreError(
+            f"{where} must be an http:// or https:// URL, not {url.scheme}://; "
+            "use the API root, e.g. 'https://api.example.com/v1'"
+        )
+    if not url.host:
+        raise OpenAgentCoreError(f"{where} has no host; use e.g. 'https://api.example.com/v1'")
+    root = str(url.copy_with(userinfo=b"", query=None, fragment=None)).split("?")[0]
+    if url.query or b"?" in url.raw_path:
+        raise OpenAgentCoreError(
+            f"{where} has a query string (its value is not shown): requests append their "
+            f"paths to base_url, so the query would be dropped. Pass the API root alone, "
+            f"{root!r}, and the key as api_key (or {API_KEY_ENV})"
+        )
+    if url.fragment or "#" in base_url:
+        raise OpenAgentCoreError(
+            f"{where} has a #fragment, which is never sent; pass the API root alone, {root!r}"
+        )
+    return url
 
 
 def _as_timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout:
@@ -595,6 +647,8 @@ class SyncTransport(_ClientCore):
                 finally:
                     response.close()
 
+        if self._direct is None:
+            attempt = _on_worker(attempt, seconds, request)
         response, data = self._retried(options, request, attempt)
         return None if parse is None else self._decode(response, data, parse)
 
@@ -607,6 +661,8 @@ class SyncTransport(_ClientCore):
             with deadline(seconds):
                 return self._send_once(request, stream=True)
 
+        if self._stream_direct is None:
+            attempt = _on_worker(attempt, seconds, request, abandon=httpx.Response.close)
         response = self._retried(options, request, attempt)
         response.extensions = {**response.extensions, STREAM_SETTINGS: self._stream_settings()}
         return response
@@ -747,6 +803,8 @@ class AsyncTransport(_ClientCore):
                     finally:
                         await response.aclose()
 
+        if self._direct is None:
+            attempt = _cancelled_after(attempt, seconds, request)
         response, data = await self._retried(options, request, attempt)
         return None if parse is None else self._decode(response, data, parse)
 
@@ -759,6 +817,8 @@ class AsyncTransport(_ClientCore):
             with deadline(seconds):
                 return await self._send_once(request, stream=True)
 
+        if self._stream_direct is None:
+            attempt = _cancelled_after(attempt, seconds, request)
         response = await self._retried(options, request, attempt)
         response.extensions = {**response.extensions, STREAM_SETTINGS: self._stream_settings()}
         return response
@@ -813,6 +873,76 @@ class AsyncTransport(_ClientCore):
         if self._owns_http:
             await self._http.aclose()
             await self._stream_http.aclose()
+
+
+# The deadline of a transport that is not the SDK's own: an ``http_client`` passed in,
+# or httpx's transports when a proxy is configured. :func:`deadline` reaches only the
+# SDK's transports, so there the whole attempt is bounded from outside.
+
+
+def _on_worker(
+    attempt: Callable[[], T],
+    seconds: float | None,
+    request: httpx.Request,
+    *,
+    abandon: Callable[[T], object] | None = None,
+) -> Callable[[], T]:
+    """``attempt`` run on a thread of its own, which the caller stops waiting for after
+    ``seconds``: a blocking transport cannot be interrupted, so the caller gets its
+    ``APITimeoutError`` on time and the abandoned exchange ends on that thread (bounded
+    by the per-operation timeouts); ``abandon`` releases what it returns late."""
+    if seconds is None:
+        return attempt
+
+    def bounded() -> T:
+        outcome: list[Any] = []
+        finished = threading.Event()
+        lock = threading.Lock()
+        context = contextvars.copy_context()
+
+        def work() -> None:
+            try:
+                result: Any = (context.run(attempt), None)
+            except BaseException as exc:  # handed to the caller, who re-raises it
+                result = (None, exc)
+            with lock:
+                if not finished.is_set():
+                    outcome.append(result)
+                    finished.set()
+                    return
+            if abandon is not None and result[1] is None:
+                abandon(result[0])
+
+        threading.Thread(target=work, name="openagentcore-request", daemon=True).start()
+        finished.wait(seconds)
+        with lock:
+            if not outcome:
+                finished.set()  # too late: the worker releases what it gets
+                raise APITimeoutError(request=request)
+        value, error = outcome[0]
+        if error is not None:
+            raise error
+        return value  # type: ignore[no-any-return]
+
+    return bounded
+
+
+def _cancelled_after(
+    attempt: Callable[[], Coroutine[Any, Any, T]], seconds: float | None, request: httpx.Request
+) -> Callable[[], Coroutine[Any, Any, T]]:
+    """``attempt`` cancelled after ``seconds`` (on asyncio or trio), raising
+    ``APITimeoutError``."""
+    if seconds is None:
+        return attempt
+
+    async def bounded() -> T:
+        import anyio
+
+        with anyio.move_on_after(seconds):
+            return await attempt()
+        raise APITimeoutError(request=request)
+
+    return bounded
 
 
 async def _sleep(seconds: float) -> None:

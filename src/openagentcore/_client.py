@@ -65,7 +65,9 @@ class Client:
     ``api_key`` falls back to ``OPENAGENTCORE_API_KEY`` and ``base_url`` (the API root,
     including ``/v1``) to ``OPENAGENTCORE_BASE_URL``. ``timeout`` bounds each network
     operation, and the largest of its values bounds each whole attempt (connect, send,
-    headers and body), so a server trickling bytes cannot hold a call forever. Failed
+    headers and body), so a server trickling bytes cannot hold a call forever, also
+    through a proxy or an ``http_client`` of your own (whose attempt then runs on a
+    thread of its own that the call stops waiting for at the deadline). Failed
     requests are retried ``max_retries`` times when that is safe, or as
     ``retry_policy`` says (see :class:`~openagentcore.RetryPolicy`);
     ``response_limits`` bounds what a server's answer may cost (see

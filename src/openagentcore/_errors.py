@@ -3,7 +3,10 @@
 Everything the SDK raises on purpose derives from :class:`OpenAgentCoreError`, so an
 application can catch one class. HTTP failures carry the server's error envelope
 (``type``, ``code``, ``message``, ``param``) and the request id to quote in a bug report.
-No exception ever carries the API key: requests are described by method and URL only.
+No exception ever carries the API key: requests are described by method and URL only,
+and the request an exception keeps (``error.request``, ``error.response.request``, and
+that of an httpx error it was raised from) is a copy whose credentials are redacted, so
+a logged, pickled or reported exception holds no secret.
 """
 
 from __future__ import annotations
@@ -92,7 +95,8 @@ class APIError(OpenAgentCoreError):
     def __init__(self, message: str, *, request: httpx.Request | None) -> None:
         super().__init__(message)
         self.message = message
-        self.request = request
+        #: The request, without its credentials (see :func:`redacted`).
+        self.request = None if request is None else redacted(request)
 
 
 class APIConnectionError(APIError):
@@ -126,6 +130,8 @@ class APIResponseValidationError(APIError):
 
     def __init__(self, message: str, *, response: httpx.Response, body: object) -> None:
         super().__init__(message, request=response.request)
+        if self.request is not None:
+            response.request = self.request
         self.response = response
         self.status_code = response.status_code
         self.body = body
@@ -162,11 +168,19 @@ class APIStatusError(APIError):
 
     def __init__(self, message: str, *, response: httpx.Response, body: object) -> None:
         super().__init__(message, request=response.request)
+        if self.request is not None:
+            response.request = self.request
         self.response = response
         self.status_code = response.status_code
         self.body = body
         self.request_id: str | None = response.headers.get("x-request-id")
         error = _error_object(body)
+        #: Whether the body is the API's error envelope (``{"error": {"type": ...,
+        #: "message": ...}}``); ``False`` means something else answered, such as a web
+        #: server or proxy in front of the API, or a ``base_url`` naming no API.
+        self.from_api: bool = isinstance(error.get("type"), str) and isinstance(
+            error.get("message"), str
+        )
         self.type: str | None = _str_or_none(error.get("type"))
         self.code: str | None = _str_or_none(error.get("code"))
         self.param: str | None = _str_or_none(error.get("param"))
@@ -214,9 +228,17 @@ class PermissionDeniedError(APIStatusError):
 
 
 class NotFoundError(APIStatusError):
-    """404: the resource is missing, malformed or belongs to another Project."""
+    """404: the resource is missing, malformed or belongs to another Project, or, when
+    :attr:`route_missing`, the URL names no API route at all (``base_url`` is wrong)."""
 
     status_code = 404
+
+    @property
+    def route_missing(self) -> bool:
+        """Whether the 404 says nothing about the resource: the answer is not the API's
+        error envelope, or the API does not know the route (``unsupported_operation``).
+        Either way ``base_url`` is the likely culprit, not a deleted resource."""
+        return not self.from_api or self.code == "unsupported_operation"
 
 
 class ConflictError(APIStatusError):
@@ -306,17 +328,47 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 def _transport_error(exc: httpx.TransportError, request: httpx.Request) -> APIConnectionError:
     """Wrap an httpx failure; the message names the host and port, never a header."""
     sent = not isinstance(exc, _NOT_SENT)
+    error: APIConnectionError
     if isinstance(exc, httpx.TimeoutException):
-        error: APIConnectionError = APITimeoutError(request=request)
+        error = APITimeoutError(request=request)
         error.request_sent = sent
-        return error
-    url = request.url
-    port = url.port or (443 if url.scheme == "https" else 80)
-    return APIConnectionError(
-        request=request,
-        message=f"Connection error: {type(exc).__name__} talking to {url.host}:{port}"
-        + (f" ({exc})" if isinstance(exc, httpx.ConnectError) and str(exc) else ""),
-        request_sent=sent,
+    else:
+        url = request.url
+        port = url.port or (443 if url.scheme == "https" else 80)
+        error = APIConnectionError(
+            request=request,
+            message=f"Connection error: {type(exc).__name__} talking to {url.host}:{port}"
+            + (f" ({exc})" if isinstance(exc, httpx.ConnectError) and str(exc) else ""),
+            request_sent=sent,
+        )
+    if error.request is not None:
+        exc.request = error.request  # the error it is raised from keeps no key either
+    return error
+
+
+#: Request headers that carry credentials.
+_CREDENTIAL_HEADERS = ("authorization", "proxy-authorization")
+REDACTED = "[redacted]"
+
+
+def redacted(request: httpx.Request) -> httpx.Request:
+    """A copy of ``request`` to keep in an exception: credential headers replaced by
+    ``[redacted]`` and user info dropped from the URL. The request itself is left
+    alone, since a retry sends it again."""
+    headers = request.headers.copy()
+    for name in _CREDENTIAL_HEADERS:
+        if name in headers:
+            headers[name] = REDACTED
+    try:
+        content = request.content or None  # no body: no Content-Length added either
+    except httpx.RequestNotRead:
+        content = None
+    return httpx.Request(
+        request.method,
+        request.url.copy_with(userinfo=b""),
+        headers=headers,
+        content=content,
+        extensions=dict(request.extensions),
     )
 
 

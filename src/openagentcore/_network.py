@@ -15,7 +15,7 @@ write: a server trickling one byte at a time cannot keep a request alive past it
 
 Only the clients' own HTTP clients use them (and the clients send through them
 directly, see ``_base_client``); an ``http_client`` passed in keeps whatever transport
-it was built with.
+it was built with, and ``_base_client`` bounds its attempts from outside.
 """
 
 from __future__ import annotations
@@ -670,9 +670,9 @@ def new_async_http_client(
     """An ``httpx.AsyncClient`` on :class:`AsyncHTTPTransport`, and that transport.
 
     httpx honours the ``HTTP(S)_PROXY`` variables only in transports it builds itself,
-    so when one is set the client keeps httpx's own transport (and with it, only the
-    per-operation timeouts: the whole-request deadline is not enforced while connecting
-    and reading headers), and no transport is returned.
+    so when one is set the client keeps httpx's own transport, which :func:`deadline`
+    does not reach (``_base_client`` bounds its attempts from outside), and no
+    transport is returned.
     """
     if environment_proxies():
         return httpx.AsyncClient(timeout=timeout, limits=limits, verify=ssl_context), None

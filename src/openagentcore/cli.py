@@ -10,20 +10,22 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
+import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from . import Client, FunctionRunner
     from .runner import ServeReport
-    from .store import CallKey, CallRecord, ResultStore
+    from .store import CallRecord, ResultStore
 
 __all__ = [
     "EXIT_API_ERROR",
@@ -41,22 +43,26 @@ __all__ = [
 ]
 
 EXIT_OK = 0
-#: ``recover`` found something a person must look at; ``calls show`` or ``calls resolve``
-#: found no such call, or ``calls resolve`` a call that is not in doubt.
+#: ``recover`` found something a person must look at (a call in doubt, a conflict, a
+#: refused result, an unreachable store); ``calls show`` or ``calls resolve`` found no
+#: such call, or ``calls resolve`` a call that is not in doubt.
 EXIT_ATTENTION = 1
-#: The command line itself is wrong (argparse's own code).
+#: The command line is wrong, or a file or address it names cannot be used (``dev``).
 EXIT_USAGE = 2
-#: Configuration: no API key or base URL, or the server refused the key (401/403).
+#: Configuration: no API key or base URL, a base URL that is not http(s), the server
+#: refused the key (401/403), or a package the command needs is not installed.
 EXIT_CONFIG = 3
 #: The server has no such Session (404).
 EXIT_NOT_FOUND = 4
-#: The server could not be reached, timed out, or kept failing (5xx) after retries.
+#: The server could not be reached, timed out, kept failing (5xx) after retries, or
+#: answered with something that is not the API (a body that is not JSON).
 EXIT_UNREACHABLE = 5
-#: The result store does not exist, cannot be opened or is unreachable.
+#: The result store does not exist, is not a result store, cannot be opened or is
+#: unreachable.
 EXIT_STORE = 6
 #: The server refused the request for another reason (another 4xx).
 EXIT_API_ERROR = 7
-#: A bug in openagentcore: the message asks for ``--debug`` and a report.
+#: Reserved for bugs in openagentcore: the message asks for ``--debug`` and a report.
 EXIT_INTERNAL = 70
 #: Stopped with Ctrl-C.
 EXIT_INTERRUPTED = 130
@@ -64,16 +70,20 @@ EXIT_INTERRUPTED = 130
 _EXIT_CODES_HELP = f"""\
 exit codes:
   {EXIT_OK:<3}  success
-  {EXIT_ATTENTION:<3}  recover: a conflict, a refused result or an unreachable store needs a
-       person; calls show/resolve: no such call in the store; calls resolve:
-       the call is not in doubt
-  {EXIT_USAGE:<3}  bad command line
-  {EXIT_CONFIG:<3}  no API key or base URL, or the server refused the key
+  {EXIT_ATTENTION:<3}  recover: a call in doubt, a conflict, a refused result or an
+       unreachable store needs a person; calls show/resolve: no such call in
+       the store; calls resolve: the call is not in doubt
+  {EXIT_USAGE:<3}  bad command line, or a file or address it names cannot be used
+  {EXIT_CONFIG:<3}  no API key or base URL, a base URL that is not http(s), the server
+       refused the key, or a package the command needs is not installed
   {EXIT_NOT_FOUND:<3}  the server has no such Session
-  {EXIT_UNREACHABLE:<3}  the server could not be reached (or kept failing)
-  {EXIT_STORE:<3}  the result store does not exist, cannot be opened or is unreachable
+  {EXIT_UNREACHABLE:<3}  the server could not be reached, kept failing, or did not answer
+       as the API does
+  {EXIT_STORE:<3}  the result store does not exist, is not one, cannot be opened or is
+       unreachable
   {EXIT_API_ERROR:<3}  the server refused the request for another reason
-  {EXIT_INTERNAL:<3}  a bug in openagentcore (run again with --debug and report it)
+  {EXIT_INTERNAL:<3}  reserved for bugs in openagentcore (run again with --debug and
+       report it)
   {EXIT_INTERRUPTED:<3}  interrupted
 
 Environment: OPENAGENTCORE_API_KEY and OPENAGENTCORE_BASE_URL (the API root, with /v1)
@@ -89,12 +99,20 @@ class CommandError(Exception):
         self.message = message
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line told in one line that points to ``--help``
+    (instead of the usage block, then the error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {_printable(message)}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: ``dev``, ``calls list|show|resolve|prune``, ``pending``,
     ``recover``."""
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="openagentcore",
         description=(
             "Run a local Agents API emulator, and inspect or settle the function calls\n"
@@ -116,6 +134,28 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit code (the ``EXIT_*`` constants)."""
     args = build_parser().parse_args(argv)
+    with _logs_on_request():
+        return _run(args)
+
+
+@contextlib.contextmanager
+def _logs_on_request() -> Iterator[None]:
+    """The runner logs each retry and each failed read, and Python prints such lines
+    through its last-resort handler when nothing is configured: the CLI says the outcome
+    in one line instead, and shows the log only when ``OPENAGENTCORE_LOG`` asks for it."""
+    from ._logs import log_level
+
+    logger = logging.getLogger("openagentcore")
+    silencer = logging.NullHandler()
+    if log_level() is None:
+        logger.addHandler(silencer)
+    try:
+        yield
+    finally:
+        logger.removeHandler(silencer)
+
+
+def _run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.command_parser
     try:
         code: int = args.handler(args, parser)
@@ -152,7 +192,7 @@ def _new_subcommand(
 ) -> argparse.ArgumentParser:
     command = subcommands.add_parser(
         name,
-        epilog=_EXIT_CODES_HELP,
+        epilog="Exit codes: see openagentcore --help.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         **kwargs,
     )
@@ -195,6 +235,7 @@ def _explain_one(error: BaseException) -> CommandError:
 
     from . import (
         APIConnectionError,
+        APIResponseValidationError,
         APIStatusError,
         AuthenticationError,
         InternalServerError,
@@ -207,10 +248,21 @@ def _explain_one(error: BaseException) -> CommandError:
     from .store import StoreError
 
     if isinstance(error, APIConnectionError):
+        # A runner that gave up wraps the last connection error in advice of its own:
+        # say what went wrong once, and the advice once.
+        underneath: APIConnectionError = error
+        while isinstance(underneath.__cause__, APIConnectionError):
+            underneath = underneath.__cause__
         return CommandError(
             EXIT_UNREACHABLE,
-            f"cannot reach {_where(error)} ({error.message.rstrip('.')}); check "
+            f"cannot reach {_where(error)} ({underneath.message.rstrip('.')}); check "
             "OPENAGENTCORE_BASE_URL and that the server is running",
+        )
+    if isinstance(error, APIResponseValidationError):
+        return CommandError(
+            EXIT_UNREACHABLE,
+            f"{_where(error)} did not answer as the Agents API does ({error.message}); check "
+            "that OPENAGENTCORE_BASE_URL is the API root (with /v1) and any proxy in between",
         )
     if isinstance(error, (AuthenticationError, PermissionDeniedError)):
         return CommandError(
@@ -242,7 +294,11 @@ def _explain_one(error: BaseException) -> CommandError:
             EXIT_STORE, f"the --store file is not a usable SQLite result store ({error})"
         )
     if isinstance(error, ImportError):
-        return CommandError(EXIT_CONFIG, f"a needed package is missing: {error}")
+        return CommandError(
+            EXIT_CONFIG,
+            f"a package this command needs is not installed ({error}); reinstall "
+            "openagentcore with its extras, e.g. pip install 'openagentcore[local,postgres]'",
+        )
     if isinstance(error, InvalidURL):
         return CommandError(
             EXIT_CONFIG, f"OPENAGENTCORE_BASE_URL is not a usable URL ({error}); check it"
@@ -270,7 +326,7 @@ def _add_dev(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)"
     )
     dev.add_argument(
-        "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
+        "--port", type=_port, default=0, help="port to listen on (default: 0, a free port)"
     )
     dev.add_argument(
         "--scenario", metavar="FILE", help="JSON or YAML scenario for the scripted model"
@@ -301,18 +357,30 @@ def _run_dev(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from openagentcore.local._faults import parse_fault
         from openagentcore.local._server import serve
     except ImportError as error:
-        parser.exit(
-            2,
-            "openagentcore dev needs the 'local' extra: "
-            f"pip install 'openagentcore[local]' ({error})\n",
-        )
-    try:
-        faults = Faults()
-        for spec in args.fault:
+        raise CommandError(
+            EXIT_CONFIG,
+            f"openagentcore dev needs the 'local' extra ({error}): "
+            "pip install 'openagentcore[local]'",
+        ) from None
+    faults = Faults()
+    for spec in args.fault:
+        try:
             faults = parse_fault(spec, faults)
-        scenario = Scenario.from_file(args.scenario) if args.scenario else None
-    except (OSError, ValueError) as error:
-        parser.error(str(error))
+        except ValueError as error:
+            parser.error(str(error))
+    scenario = None
+    if args.scenario:
+        try:
+            scenario = Scenario.from_file(args.scenario)
+        except OSError as error:
+            raise CommandError(
+                EXIT_USAGE,
+                f"cannot read --scenario {args.scenario}: {error.strerror or error}; "
+                "check the path",
+            ) from None
+        except (ValueError, UnicodeDecodeError) as error:
+            # The message names the file and what is wrong in it.
+            raise CommandError(EXIT_USAGE, f"{error}; fix the --scenario file") from None
     core = LocalCore(
         scenario=scenario,
         faults=faults,
@@ -322,8 +390,41 @@ def _run_dev(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         port=args.port,
         keepalive_interval=args.keepalive,
     )
+    try:
+        core.start()
+    except OSError as error:
+        raise CommandError(EXIT_USAGE, _cannot_listen(args.host, args.port, error)) from None
+    except sqlite3.DatabaseError as error:
+        raise CommandError(
+            EXIT_USAGE,
+            f"cannot use --state {args.state} ({error}): name a new file, or one an "
+            "earlier openagentcore dev --state wrote",
+        ) from None
     serve(core, announce=lambda line: print(line, flush=True))
-    return 0
+    return EXIT_OK
+
+
+def _cannot_listen(host: str, port: int, error: OSError) -> str:
+    """Why the emulator cannot listen on ``host:port``, and which option to change."""
+    import errno
+    import socket
+
+    where = f"cannot listen on {host}:{port}"
+    if isinstance(error, socket.gaierror):
+        return f"{where}: unknown host {host!r}; use --host 127.0.0.1 (or 0.0.0.0 for all)"
+    if error.errno == errno.EADDRINUSE:
+        return (
+            f"{where}: the port is in use (another program, or another openagentcore dev); "
+            "choose another --port, or --port 0 for a free one"
+        )
+    if error.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"{where}: no network interface of this machine has that address; use --host "
+            "127.0.0.1 (or 0.0.0.0 for all)"
+        )
+    if error.errno == errno.EACCES:
+        return f"{where}: permission denied; choose a --port above 1023, or --port 0"
+    return f"{where}: {error.strerror or error}; check --host and --port"
 
 
 def _store_options(command: argparse.ArgumentParser, *, required: bool) -> None:
@@ -502,10 +603,49 @@ def _open(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ResultSt
                 f"no result store at {spec}: {problem} (this command never creates one); "
                 "check --store",
             )
+        reason = _not_a_store(path)
+        if reason is not None:
+            raise CommandError(
+                EXIT_STORE, f"{spec} is not a result store ({reason}); check --store"
+            )
         from .store import SQLiteResultStore
 
         return SQLiteResultStore(spec)
     return _open_postgres(spec, args, parser)
+
+
+#: The first bytes of every SQLite database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _not_a_store(path: Path) -> str | None:
+    """Why the file at ``path`` is no result store, or ``None`` if it may be one: a
+    mistyped path naming some other file is not a store to call damaged, nor one to
+    add a table to. An empty file, or a database without tables, is a store never used."""
+    from .store._sqlite import _TABLE
+
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(_SQLITE_HEADER))
+    except OSError:
+        return None  # opening it says why
+    if head == b"":
+        return None
+    if head != _SQLITE_HEADER:
+        return "not a SQLite database"
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        ) as connection:
+            tables = {
+                row[0]
+                for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+    except sqlite3.Error:
+        return None  # opening it as a store says why
+    if tables and _TABLE not in tables:
+        return f"a SQLite database without the {_TABLE} table"
+    return None
 
 
 def _open_postgres(
@@ -514,12 +654,14 @@ def _open_postgres(
     try:
         import psycopg
         import psycopg.conninfo
+        import psycopg_pool  # noqa: F401  (PostgresResultStore needs it too)
 
         from .store import PostgresResultStore
-    except ImportError:
+    except ImportError as error:
         raise CommandError(
             EXIT_CONFIG,
-            "PostgreSQL stores need psycopg 3: pip install 'openagentcore[postgres]'",
+            f"psycopg is not installed ({error}), and PostgreSQL stores need it: "
+            "pip install 'openagentcore[postgres]'",
         ) from None
     schema = args.schema or "public"
     table = args.table or "openagentcore_calls"
@@ -653,7 +795,12 @@ def _run_calls_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             note = f"  (was in doubt; settled by {record.settled_by})"
         if record.late_outcome is not None:
             how = "succeeded" if record.late_outcome.get("success") is True else "failed"
-            note += f"  (finished after its timeout: {how}; see calls show)"
+            # Its result came from an answer to the doubt, not from this run's timeout.
+            answered = record.settled_by in ("failed", "result") or (
+                record.settled_by or ""
+            ).startswith("manual:")
+            when = "after another worker settled it" if answered else "after its timeout"
+            note += f"  (finished {when}: {how}; see calls show)"
         _say(
             f"{_when(record.updated_at):19}  {record.state.value:9}  {record.attempts:>5}  "
             f"{record.function_name[:24]:24}  {record.key.session_id} / {record.key.call_id}"
@@ -680,11 +827,51 @@ def _run_calls_show(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         _print_json(shown)
     else:
         for document in shown:
-            _print_json(document)
+            _print_record(document)
     if not matches:
         print(f"No call {args.call_id} in {args.store}", file=sys.stderr)
         return EXIT_ATTENTION
     return EXIT_OK
+
+
+def _print_record(record: dict[str, Any]) -> None:
+    """One record of ``calls show`` for a person: a line per field, results in short."""
+    _say(f"Call {record['call_id']} of Session {record['session_id']}, turn {record['turn_id']}")
+    fields: list[tuple[str, object]] = [
+        ("function", record["function"]),
+        ("state", record["state"]),
+        ("attempts", record["attempts"]),
+        ("owner", record["owner"] or "-"),
+        ("created", _shown_time(record["created_at"])),
+        ("updated", _shown_time(record["updated_at"])),
+        ("result", _outcome(record["result"])),
+    ]
+    if record["in_doubt"]:
+        fields.append(("in doubt", "yes: settle it with `openagentcore calls resolve`"))
+    elif record["in_doubt_at"] is not None:
+        settled = record["settled_by"] or "a runner"
+        fields.append(("in doubt", f"was, at {_shown_time(record['in_doubt_at'])}; {settled}"))
+    if record["late_outcome"] is not None:
+        late = f"{_outcome(record['late_outcome'])} (at {_shown_time(record['late_at'])}, not sent)"
+        fields.append(("after timeout", late))
+    for name, value in fields:
+        _say(f"  {name + ':':15}{value}")
+
+
+def _shown_time(value: object) -> str:
+    """An ISO time from ``_record_json`` as ``calls list`` shows times."""
+    return str(value).replace("T", " ").replace("Z", " UTC")
+
+
+def _outcome(event: dict[str, Any] | None) -> str:
+    """A saved result in short: what the function returned, or why it failed."""
+    if event is None:
+        return "none saved"
+    if event.get("success") is True:
+        output = event.get("output")
+        shown = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+        return f"succeeded: {shown}"
+    return f"failed: {event.get('error')}"
 
 
 def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -722,7 +909,7 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
         answering = record.state is CallState.REJECTED
         try:
             if answering:
-                settled = _answer_refused(store, key, event, how)
+                settled = _answer_refused(store, record, event, how)
             else:
                 settled = store.settle_by_hand(key, event, settled_by=how)
         except InvalidTransitionError as error:
@@ -758,7 +945,7 @@ def _run_calls_resolve(args: argparse.Namespace, parser: argparse.ArgumentParser
 
 
 def _answer_refused(
-    store: ResultStore, key: CallKey, event: dict[str, Any] | None, how: str
+    store: ResultStore, record: CallRecord, event: dict[str, Any] | None, how: str
 ) -> CallRecord:
     """Answer, on the server, a call whose saved result the server refused; then settle
     its record. The store's result is never replaced: a worker that read it before the
@@ -769,6 +956,7 @@ def _answer_refused(
     from .store._records import answer_idempotency_key
     from .store._rules import encode_result
 
+    key = record.key
     if event is None:
         raise CommandError(
             EXIT_ATTENTION,
@@ -780,7 +968,7 @@ def _answer_refused(
             client.sessions.events.create(
                 key.session_id,
                 events=[event],
-                idempotency_key=answer_idempotency_key(key, encode_result(event)),
+                idempotency_key=answer_idempotency_key(record, encode_result(event)),
             )
         except APIStatusError as error:
             already = error.status_code == 409
@@ -834,6 +1022,18 @@ def _session_id(text: str) -> str:
     return text
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{port} is not a port: use 1 to 65535, or 0 for a free one"
+        )
+    return port
+
+
 def _seconds(text: str) -> float:
     try:
         seconds = float(text)
@@ -882,9 +1082,20 @@ def _run_calls_prune(args: argparse.Namespace, parser: argparse.ArgumentParser) 
 
 
 def _client() -> Client:
+    """The client of commands that talk to the server, its base URL checked first: one
+    without a scheme would otherwise be retried for seconds as an unreachable server."""
     from . import Client
 
-    return Client()
+    client = Client()
+    if client.base_url.scheme not in ("http", "https"):
+        client.close()
+        # Not quoted: a URL without a scheme can put a password where a path would be.
+        raise CommandError(
+            EXIT_CONFIG,
+            "OPENAGENTCORE_BASE_URL does not start with http:// or https://; set it to "
+            "the API root, e.g. http://127.0.0.1:8080/v1",
+        )
+    return client
 
 
 def _run_pending(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -995,7 +1206,9 @@ def _run_recover(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 
 def _needs_a_person(report: ServeReport) -> bool:
-    return bool(report.conflicts or report.rejected or report.store_errors)
+    """Calls left pending without a saved result wait for a runner; calls in doubt wait
+    for a runner that knows the function, or for a person to settle them."""
+    return bool(report.in_doubt or report.conflicts or report.rejected or report.store_errors)
 
 
 def _recover_agent(args: argparse.Namespace, client: Client, runner: FunctionRunner) -> int:

@@ -28,11 +28,21 @@ def test_help_renders_without_markup(parser: argparse.ArgumentParser) -> None:
     text = parser.format_help()
     assert "``" not in text
     assert not re.search(r":(func|class|meth|data|mod):", text)
-    assert "exit codes:" in text
+
+
+@pytest.mark.parametrize("parser", PARSERS[1:], ids=[p.prog for p in PARSERS[1:]])
+def test_subcommand_help_points_to_the_exit_codes_instead_of_repeating_them(
+    parser: argparse.ArgumentParser,
+) -> None:
+    text = parser.format_help()
+    assert "exit codes:" not in text
+    assert text.count("openagentcore --help") == 1
+    assert not re.search(rf"^  {cli.EXIT_STORE}\s+\S", text, re.M)
 
 
 def test_every_exit_code_is_documented_in_the_help() -> None:
     text = build_parser().format_help()
+    assert "exit codes:" in text
     codes = {
         name: value
         for name, value in vars(cli).items()

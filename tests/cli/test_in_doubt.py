@@ -118,7 +118,7 @@ def test_calls_list_in_doubt_shows_a_started_call_whose_owner_is_gone_after_reco
     """The issue's case: after a kill -9 and ``recover``, the list showed 0 calls."""
     _, session_id, action, _ = setup
     key = _leave_in_doubt(store, session_id, action)
-    assert main(["recover", session_id, *store.args]) == EXIT_OK
+    assert main(["recover", session_id, *store.args]) == EXIT_ATTENTION
     capsys.readouterr()
 
     listed = _json(["calls", "list", *store.args, "--state", "in_doubt"], capsys)

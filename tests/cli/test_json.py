@@ -106,7 +106,7 @@ def test_recover_lists_calls_in_doubt_as_objects(
     )
     store.close()
     time.sleep(0.05)  # the other host's lease expires without a saved result
-    report = _json_of(["recover", session_id, "--store", str(store_path)], capsys)
+    report = _json_of(["recover", session_id, "--store", str(store_path)], capsys, code=1)
     assert isinstance(report, dict)
     assert report["in_doubt"] == [
         {"session_id": session_id, "turn_id": action.turn_id, "call_id": action.call_id}

@@ -239,7 +239,7 @@ class World:
             self.server.accept(
                 key.session_id,
                 [event],
-                answer_idempotency_key(key, encode_result(event)),
+                answer_idempotency_key(record, encode_result(event)),
                 by_hand=True,
             )
         except APIError:

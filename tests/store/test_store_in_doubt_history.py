@@ -69,6 +69,21 @@ def test_a_policy_answer_is_kept_with_the_moment_it_was_in_doubt(
     assert store.find(states=[CallState.APPLIED]) == [record]
 
 
+def test_a_run_that_saves_its_own_result_after_the_in_doubt_mark_is_no_policy_answer(
+    store: ResultStore,
+) -> None:
+    """Another worker marked the call in doubt (its lease had lapsed), and before it
+    decided, the run thought lost saved its result: that is the function's own result,
+    not an ``on_in_doubt`` answer (``result``)."""
+    _claim(store, owner="far:1:a")
+    store.mark(KEY, CallState.IN_DOUBT)  # as a worker elsewhere judging the lease lapsed
+    store.save_result(KEY, OK, owner="far:1:a")
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.result, record.settled_by) == (CallState.COMPLETED, OK, "finished")
+
+
 def test_a_rerun_is_kept_through_the_new_attempts_result(store: ResultStore) -> None:
     _in_doubt(store)
     assert store.take_over(KEY, owner="far:2:b", lease_seconds=LEASE, expected_attempts=1).won

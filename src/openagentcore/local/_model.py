@@ -132,12 +132,35 @@ class Scenario:
         if file.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
-            data = yaml.safe_load(text)
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as error:
+                raise ValueError(
+                    f"scenario file {file} is not valid YAML: {_yaml_problem(error)}"
+                ) from None
         else:
-            data = json.loads(text)
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"scenario file {file} is not valid JSON: {error.msg} at line "
+                    f"{error.lineno}, column {error.colno}"
+                ) from None
         if not isinstance(data, dict):
             raise ValueError(f"scenario file {file} must contain an object with 'turns'")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ValueError as error:
+            raise ValueError(f"scenario file {file}: {error}") from None
+
+
+def _yaml_problem(error: Exception) -> str:
+    """PyYAML's error on one line: its problem and where, without the quoted excerpt."""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    mark = getattr(error, "problem_mark", None)
+    if mark is None:
+        return str(problem)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
 
 
 def _parse_step(step: object, where: str) -> tuple[FunctionCall, ...]:

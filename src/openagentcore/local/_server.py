@@ -102,12 +102,18 @@ class LocalCore:
         """Start serving in a background thread and return once the port accepts requests."""
         if self._thread is not None:
             raise RuntimeError("LocalCore is already running")
-        self._store = Store(self.state)
+        # Bound first: a port in use or an address not of this machine (OSError) then
+        # leaves no state file open behind it.
+        sock = _bind(self.host, self._port or self._requested_port)
+        try:
+            self._store = Store(self.state)
+        except BaseException:
+            sock.close()
+            raise
         self._engine = Engine(self._store, ScriptedModel(self.scenario), self.faults)
         app = create_app(
             self._engine, api_key=self.api_key, keepalive_interval=self.keepalive_interval
         )
-        sock = _bind(self.host, self._port or self._requested_port)
         self._port = sock.getsockname()[1]
         config = uvicorn.Config(
             app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2
@@ -187,15 +193,21 @@ def _bind(host: str, port: int) -> socket.socket:
     # An explicit IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections;
     # without it every response waits ~40 ms on Nagle and delayed ACKs.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
     sock.set_inheritable(True)
     return sock
 
 
 def serve(core: LocalCore, *, announce: Callable[[str], object] = print) -> None:
-    """Run ``core`` in the foreground until interrupted (Ctrl-C)."""
-    core.start()
+    """Run ``core`` in the foreground until interrupted (Ctrl-C); it is started here
+    unless the caller started it (to report a failure to start in its own words)."""
+    if core._thread is None:
+        core.start()
     announce(f"OpenAgentCore local emulator listening on {core.base_url}")
     announce(f"API key: {core.api_key}")
     announce(f"  export OPENAGENTCORE_BASE_URL={core.base_url}")

@@ -32,7 +32,7 @@ from . import _pump as pump
 from ._base import RunnerError, RunnerOptions, ServeTimeout, closed_before_the_end
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve, heeds
-from ._execution import call_async, call_sync
+from ._execution import ReturnedAwaitable, await_returned, call_async, call_sync
 from ._serving_async import AsyncServing
 
 __all__ = ["AsyncFunctionRunner"]
@@ -311,7 +311,15 @@ class AsyncFunctionRunner(AsyncServing):
             if effect.function.is_async:
                 return await call_async(effect, self._hooks, context)
             call = functools.partial(call_sync, effect, self._hooks, context)
-            return await asyncio.get_running_loop().run_in_executor(self._function_threads, call)
+            loop = asyncio.get_running_loop()
+            returned = await loop.run_in_executor(self._function_threads, call)
+            if not isinstance(returned, ReturnedAwaitable):
+                return returned
+            # Awaited here, on the loop, and cancellable like a coroutine function.
+            task = asyncio.current_task()
+            assert task is not None
+            self._cancellable[effect.key] = task
+            return await await_returned(effect, self._hooks, context, returned)
         except BaseException:
             # No result (SystemExit, or the runner closing): the call is in doubt; the
             # pump must hear of it all the same.

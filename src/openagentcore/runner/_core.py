@@ -17,6 +17,7 @@ no saved result is *in doubt* and is never run again unless its function is idem
 from __future__ import annotations
 
 import enum
+import json
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
@@ -212,6 +213,8 @@ _WATCHED = frozenset({Phase.WAITING, Phase.QUEUED, Phase.READY, Phase.BACKOFF})
 _NOT_STARTED = frozenset({Phase.CLAIMING, Phase.LOOKING})
 #: Phases in which a call of a served function keeps a concurrency slot for itself.
 _SLOT_PHASES = frozenset({Phase.CLAIMING, Phase.TAKING_OVER, Phase.QUEUED})
+#: Phases of a call whose function has not ended: a Turn found over stops them.
+_UNANSWERED = _NOT_STARTED | {Phase.WAITING, Phase.TAKING_OVER, Phase.QUEUED, Phase.RUNNING}
 #: Saved results wait (up to ``BATCH_LINGER``) for calls of their Session in these.
 _LINGER_FOR = _NOT_STARTED | {Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
 #: Outcomes that do not settle a call: a later announcement decides it afresh.
@@ -257,7 +260,8 @@ class InDoubtDecision:
 
     @classmethod
     def rerun(cls) -> InDoubtDecision:
-        """Run the function again: only safe when repeating its effect is harmless."""
+        """Run the function again: only safe when repeating its effect is harmless.
+        Capped by the function's ``max_attempts``: past it, the call fails as in doubt."""
         return cls("rerun")
 
     @classmethod
@@ -320,6 +324,12 @@ class Call:
     #: False when the store refused its ids for good: its failure is posted unsaved
     #: (the same bytes every time) and no progress mark is written for it.
     recorded: bool = True
+    #: The result being saved is what its function returned (or raised): if another
+    #: worker's verdict was saved first, it is kept as the late outcome.
+    run_result: bool = False
+    #: Reads of its Session sent before this runner learned of the call: a later read
+    #: that shows the Session idle proves its Turn ended (see ``_on_turns_ended``).
+    known_at_read: int = 0
     #: Why the call is ``DONE`` (for reports and tests).
     outcome: str = ""
 
@@ -392,9 +402,16 @@ class _SessionView:
     #: snapshot shows (the call may have been settled meanwhile).
     snapshots: int = 0
     refused: dict[CallKey, int] = field(default_factory=dict)
-    #: Turns the stream showed cancelled: their calls never start, even when a Session
-    #: read taken before the cancel still lists them.
+    #: Turns the stream or a Turn read showed cancelled: their calls never start, even
+    #: when a Session read taken before the cancel still lists them, and their results
+    #: are kept but not posted (the server would refuse them).
     cancelled_turns: set[str] = field(default_factory=set)
+    #: Turns a Session read showed over (the Session idle while this runner held one of
+    #: their calls): their calls never start; their results are still posted, for the
+    #: server to say whether it holds another.
+    ended_turns: set[str] = field(default_factory=set)
+    #: Reads of the Session sent so far (the one in flight is the last).
+    reads_sent: int = 0
     #: Batches of results posted and not yet answered: one at a time, so results that
     #: are saved meanwhile go together in the next (8 parallel calls: a few POSTs, not 8).
     posting: int = 0
@@ -699,8 +716,11 @@ class RunnerCore:
     def _cancel_turn(self, session_id: str, turn_id: str, now: float) -> None:
         """The Turn was cancelled: its running functions are asked to stop, and its
         claims whose functions have not started are given back: they never run."""
-        view = self._view(session_id)
-        view.cancelled_turns.add(turn_id)
+        self._view(session_id).cancelled_turns.add(turn_id)
+        self._stop_turn(session_id, turn_id, now)
+
+    def _stop_turn(self, session_id: str, turn_id: str, now: float) -> None:
+        """The Turn takes no more results: stop its functions, give back its claims."""
         for call in self._calls_of(session_id):
             if call.key.turn_id != turn_id:
                 continue
@@ -726,6 +746,10 @@ class RunnerCore:
             return
         view.unreachable_since = None
         assert answer.session is not None
+        if answer.turn is not None and answer.turn.status == "cancelled":
+            self._cancel_turn(answer.session_id, answer.turn.id, now)
+        if answer.session.status in _TERMINAL_STATUSES:
+            self._on_turns_ended(view, now)
         for serve in self._serves_of(answer.session_id):
             if (
                 answer.turn is not None
@@ -741,6 +765,28 @@ class RunnerCore:
         # Otherwise the stream brought a Session snapshot while the read was in flight:
         # the read may predate it (an idle Session read as in progress), and nothing
         # would come to correct it, so the streamed snapshot stands.
+
+    def _on_turns_ended(self, view: _SessionView, now: float) -> None:
+        """A read shows the Session idle (or failed): no Turn is open, so every Turn
+        whose call this runner knew of before the read was sent has ended, however its
+        end reached the server (a cancel while the stream was down, say). Those calls
+        are no longer required: running ones are asked to stop, claims not started are
+        given back. Only a read sent after the call was known proves it; an older read
+        may show the Session idle from before the call's Turn began."""
+        for call in self._calls_of(view.session_id):
+            turn_id = call.key.turn_id
+            if call.known_at_read >= view.reads_sent or _turn_over(view, turn_id):
+                continue
+            if call.phase in _UNANSWERED:
+                logger.info(
+                    "Turn %s of Session %s ended while call %s was not answered; it is "
+                    "no longer required and will not run (or is asked to stop)",
+                    turn_id,
+                    view.session_id,
+                    call.key.call_id,
+                )
+                view.ended_turns.add(turn_id)
+                self._stop_turn(view.session_id, turn_id, now)
 
     def _server_failing(self, view: _SessionView, error: Exception, now: float) -> None:
         """A read or a POST of the Session failed. Serves that must end (all but
@@ -828,6 +874,9 @@ class RunnerCore:
             f"Session {session_id} no longer exists (deleted, or it belongs to another "
             "Project); stop serving it. Its saved results stay in the store."
         )
+        if isinstance(error, NotFoundError) and error.route_missing:
+            # Not the API saying the Session is gone: base_url names no API route.
+            message = f"Cannot serve Session {session_id}: {error.message}"
         for serve in self._serves_of(session_id):
             serve.fatal = RunnerError(message)
             serve.fatal.__cause__ = error
@@ -869,7 +918,7 @@ class RunnerCore:
             return
         if all(serve.stopping for serve in self._serves_of(pending.key.session_id)):
             return  # stopping: leave new calls pending for the next serve
-        if pending.key.turn_id in self._view(pending.key.session_id).cancelled_turns:
+        if _turn_over(self._view(pending.key.session_id), pending.key.turn_id):
             return  # a read from before the cancel: the Turn takes no result
         function = self.registry.get(pending.name)
         call = Call(pending.key, pending.name, pending.arguments, function, Phase.LOOKING)
@@ -877,6 +926,7 @@ class RunnerCore:
         view = self._view(pending.key.session_id)
         view.calls[pending.key] = call
         view.unsettled.add(pending.key)
+        call.known_at_read = view.reads_sent
         if not _sendable(pending.key):
             logger.error(
                 "Call %r of Session %s has ids that cannot be sent back as UTF-8 (a lone "
@@ -1009,9 +1059,9 @@ class RunnerCore:
             self._save(call, failure_event(call.key, error), self.owner, now)
             return
         view = self._view(call.key.session_id)
-        if not self._serves_of(call.key.session_id) or call.key.turn_id in view.cancelled_turns:
-            # Its serve ended, or its Turn was cancelled, while the claim was on its
-            # way: nobody will run it.
+        if not self._serves_of(call.key.session_id) or _turn_over(view, call.key.turn_id):
+            # Its serve ended, or its Turn was cancelled or ended, while the claim was on
+            # its way: nobody will run it.
             self._give_back(call, now)
             return
         self._enter(call, Phase.QUEUED, now)
@@ -1100,18 +1150,7 @@ class RunnerCore:
         function = call.function
         assert function is not None
         if function.idempotent:
-            if attempts < function.max_attempts:
-                self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)
-            else:
-                logger.warning(
-                    "Call %s of %s in Session %s is in doubt after %d attempts "
-                    "(max_attempts); failing it",
-                    call.key.call_id,
-                    call.name,
-                    call.key.session_id,
-                    attempts,
-                )
-                self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)
+            self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)  # capped there
         elif self.in_doubt_hook:
             self._move(call, Phase.DECIDING)
             self._effects.append(AskInDoubt(call.key, call.name, call.arguments, attempts))
@@ -1126,6 +1165,20 @@ class RunnerCore:
         self._decided(call, call.attempts, answer, now)
 
     def _decided(self, call: Call, attempts: int, answer: InDoubtAnswer, now: float) -> None:
+        function = call.function
+        if answer.kind == "rerun" and function is not None and attempts >= function.max_attempts:
+            # ``max_attempts`` caps every run, whoever asks for another: a function that
+            # kills its worker each time must not loop, whatever the hook answers.
+            logger.warning(
+                "Call %s of %s in Session %s was run %d times (max_attempts=%d); not "
+                "running it again as asked, failing it as outcome unknown",
+                call.key.call_id,
+                call.name,
+                call.key.session_id,
+                attempts,
+                function.max_attempts,
+            )
+            answer = InDoubtAnswer(call.key, "fail")
         logger.warning(
             "Call %s of %s in Session %s is in doubt (started, no saved result); resolving with %s",
             call.key.call_id,
@@ -1238,6 +1291,7 @@ class RunnerCore:
         if outcome.event.get("success") is False:
             self._count(session, "function_errors")
         self._save(call, outcome.event, self.owner, now)
+        call.run_result = outcome.ran
 
     def _release_unrun(self, session_id: str, now: float) -> None:
         """Claims of a Session no serve follows any more, whose functions never started."""
@@ -1262,11 +1316,14 @@ class RunnerCore:
     def _save(self, call: Call, event: dict[str, Any], owner: str | None, now: float) -> None:
         self._move(call, Phase.SAVING)
         call.event = event
+        call.run_result = False
         self._emit(call, SaveResult(call.key, event, owner), now)
 
     def _on_saved(self, call: Call, record: CallRecord, now: float) -> None:
         call.lease_held = False
-        call.event = None
+        attempted, call.event = call.event, None
+        if call.run_result and attempted is not None and not _same_result(record, attempted):
+            self._lost_race(call, attempted, record)
         if not record.has_result():
             if cleared_to_rerun(record):
                 # A person cleared it to run again before the policy's answer landed.
@@ -1281,14 +1338,32 @@ class RunnerCore:
         call.record = record
         self._enter(call, Phase.READY, now)
 
+    def _lost_race(self, call: Call, outcome: dict[str, Any], record: CallRecord) -> None:
+        """The function finished, but another worker's verdict on its call (marked in
+        doubt and answered, or settled) was saved first: the first saved result is what
+        the model gets. The function's own is kept beside it, as after a timeout."""
+        logger.warning(
+            "Call %s of %s in Session %s finished, but another worker had settled it "
+            "first (%s); its result was not sent, and is kept in the result store as its "
+            "late outcome: %s",
+            call.key.call_id,
+            call.name,
+            call.key.session_id,
+            record.settled_by or record.state.value,
+            outcome,
+        )
+        self._effects.append(KeepLateOutcome(call.key, outcome))
+
     # -- submitting --------------------------------------------------------------------------
 
     def _take_batches(self, now: float) -> None:
         by_session: dict[str, list[Call]] = {}
-        for call in self._watch.values():
+        for call in list(self._watch.values()):
             if call.phase is Phase.READY or (
                 call.phase is Phase.BACKOFF and call.not_before <= now
             ):
+                if self._cancelled_unsent(call, now):
+                    continue
                 by_session.setdefault(call.key.session_id, []).append(call)
         for session_id, calls in by_session.items():
             if self._view(session_id).posting or self._lingering(session_id, calls, now):
@@ -1302,6 +1377,25 @@ class RunnerCore:
                 records = tuple(call.record for call in chunk if call.record is not None)
                 self._effects.append(PostResults(Batch(session_id, records)))
                 self._view(session_id).posting += 1
+
+    def _cancelled_unsent(self, call: Call, now: float) -> bool:
+        """A saved result of a Turn known cancelled, never sent (or only refused as too
+        early): the Turn takes no result any more, so it is not posted, only to be
+        refused with a 409. It stays saved; the record is marked ``abandoned``, as a
+        refused one would be: nothing is left to do for it. A result whose earlier POST
+        may have reached the server is posted again instead, for the server to say."""
+        view = self._view(call.key.session_id)
+        if call.key.turn_id not in view.cancelled_turns or call.post_failures:
+            return False
+        logger.info(
+            "Call %s: its Turn %s was cancelled, so its saved result is kept but not submitted",
+            call.key.call_id,
+            call.key.turn_id,
+        )
+        self._report_key(call.key.session_id, "abandoned", call.key)
+        self._queue_mark(call.key, CallState.ABANDONED, now)
+        self._done(call, "abandoned")
+        return True
 
     def _lingering(self, session_id: str, ready: list[Call], now: float) -> bool:
         """Whether to hold a Session's saved results a moment: other calls of the Session
@@ -1569,6 +1663,7 @@ class RunnerCore:
                 view.reading = True
                 view.read_at = None
                 view.snapshots_when_read = view.snapshots_streamed
+                view.reads_sent += 1
                 turn = next((s.target_turn for s in serves.values() if s.target_turn), None)
                 self._effects.append(ReadSession(session_id, turn))
         if (
@@ -1769,6 +1864,20 @@ def _terminal_status(event: TerminalTurnEvent) -> str:
     """``completed`` from ``agent.session.turn.completed``, when the event has no Turn."""
     kind: str = getattr(event, "type", "")
     return kind.rsplit(".", 1)[-1]
+
+
+def _same_result(record: CallRecord, event: dict[str, Any]) -> bool:
+    """Whether ``record`` holds ``event`` (as saved: the store keeps its JSON)."""
+    if record.result == event:
+        return True
+    return record.result is not None and json.dumps(record.result, sort_keys=True) == json.dumps(
+        event, sort_keys=True
+    )
+
+
+def _turn_over(view: _SessionView, turn_id: str) -> bool:
+    """Whether this runner knows the Turn takes no more results."""
+    return turn_id in view.cancelled_turns or turn_id in view.ended_turns
 
 
 def content_key(parts: Iterable[object]) -> ContentKey:

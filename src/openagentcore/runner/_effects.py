@@ -108,8 +108,9 @@ class SaveResult:
 
 @dataclass(frozen=True, slots=True)
 class KeepLateOutcome:
-    """Keep what a function produced after its timeout beside its record, for the
-    operator; the saved result (what the model got) stays."""
+    """Keep what a function produced after its timeout, or after another worker settled
+    its call, beside its record, for the operator; the saved result (what the model got)
+    stays."""
 
     key: CallKey
     outcome: dict[str, Any]

@@ -10,7 +10,10 @@ without a result.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +31,7 @@ from ._results import (
     success_event,
 )
 
-__all__ = ["Hooks", "call_async", "call_sync"]
+__all__ = ["Hooks", "ReturnedAwaitable", "await_returned", "call_async", "call_sync"]
 
 logger = logging.getLogger("openagentcore.runner")
 
@@ -39,7 +42,20 @@ class Hooks:
     on_error: ErrorHook | None
 
 
-def call_sync(run: RunFunction, hooks: Hooks, context: CallContext) -> FunctionOutcome:
+@dataclass(frozen=True, slots=True)
+class ReturnedAwaitable:
+    """What a plain function returned is awaitable: most likely the coroutine of an
+    ``async def`` behind a wrapper unaware of coroutines. Reporting it as an unsendable
+    result would fail every call without running the body, so the driver awaits it
+    (:func:`await_returned`) where it awaits coroutine functions: on the async runner's
+    event loop, and on a loop of the function's own thread on the sync runner."""
+
+    awaitable: Awaitable[Any]
+
+
+def call_sync(
+    run: RunFunction, hooks: Hooks, context: CallContext
+) -> FunctionOutcome | ReturnedAwaitable:
     """Bind the model's arguments and call a plain function, with ``current_call()``
     returning ``context``."""
     bound = _bind(run, hooks, context)
@@ -54,6 +70,8 @@ def call_sync(run: RunFunction, hooks: Hooks, context: CallContext) -> FunctionO
         return FunctionOutcome(run.key, failure_event(run.key, CANCELLED_ERROR))
     except Exception as exc:
         return _failed(run, exc, hooks)
+    if inspect.isawaitable(value):
+        return ReturnedAwaitable(value)
     return _succeeded(run, value, hooks)
 
 
@@ -64,9 +82,33 @@ async def call_async(run: RunFunction, hooks: Hooks, context: CallContext) -> Fu
     if isinstance(bound, FunctionOutcome):
         return bound
     args, kwargs = bound
+    func: Callable[..., Awaitable[Any]] = run.function.func
+    return await _settle(run, hooks, context, functools.partial(func, *args, **kwargs))
+
+
+async def await_returned(
+    run: RunFunction, hooks: Hooks, context: CallContext, returned: ReturnedAwaitable
+) -> FunctionOutcome:
+    """Await what a plain function returned, as :func:`call_async` awaits a coroutine
+    function. A call cancelled while the function ran is not started on its awaitable."""
+    if context.cancelled.is_set():
+        if inspect.iscoroutine(returned.awaitable):
+            returned.awaitable.close()  # never awaited, on purpose: no warning
+        return FunctionOutcome(run.key, failure_event(run.key, CANCELLED_ERROR))
+    return await _settle(run, hooks, context, functools.partial(_await, returned.awaitable))
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+async def _settle(
+    run: RunFunction, hooks: Hooks, context: CallContext, start: Callable[[], Awaitable[Any]]
+) -> FunctionOutcome:
+    """Await what ``start`` returns into an outcome, with ``current_call()`` returning
+    ``context``."""
     try:
-        func: Callable[..., Awaitable[Any]] = run.function.func
-        value = await run_with_context_async(context, func, *args, **kwargs)
+        value = await run_with_context_async(context, start)
     except asyncio.CancelledError:
         if not context.cancelled.is_set():
             raise  # not ours: the runner is closing
@@ -84,11 +126,18 @@ def _bind(
         return run.function.bind(run.arguments, context=context)
     except ArgumentsError as exc:
         return _bad_arguments(run, exc, hooks)
-    except Exception:
+    except Exception as exc:
         # A validator raised something other than ValueError (a bug in it, or input it
-        # did not expect): the function never ran, so the call is not in doubt. The
-        # exception may quote the arguments, so the model is not shown it.
-        logger.exception("Validating the arguments of %s raised", run.function.name)
+        # did not expect): the function never ran, so the call is not in doubt. Its
+        # message may quote the arguments, so neither the model nor the log gets it:
+        # the log has its type and where it was raised.
+        logger.error(
+            "Validating the arguments of %s raised %s (its message is not logged: it may "
+            "quote the arguments)\n%s",
+            run.function.name,
+            type(exc).__name__,
+            "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )
         error = ArgumentsError("Invalid arguments: they could not be validated.")
         return _bad_arguments(run, error, hooks)
 

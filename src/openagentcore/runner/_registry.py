@@ -11,21 +11,25 @@ argument the function does not name fails the call instead of being dropped.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
+import re
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, TypeGuard, Union, get_args, get_origin, get_type_hints
 
 import pydantic
+import pydantic_core
 from pydantic.fields import FieldInfo
+from pydantic_core.core_schema import ErrorType
 
 from .._admission import check_tools
 from .._errors import AdmissionError
 from ._context import CallContext
-from ._docstrings import parse_docstring
+from ._docstrings import ParsedDocstring, parse_docstring
 from ._json import (
     UntrustedJSONError,
     check_json_value,
@@ -78,7 +82,10 @@ class RegisteredFunction:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+        """Whether the function is a coroutine function (also under partials, or as an
+        object's ``async def __call__``), which the runner awaits. A plain function
+        that returns an awaitable has it awaited too, after it returns."""
+        return inspect.iscoroutinefunction(_declaring(self.func))
 
     def declaration(self) -> dict[str, Any]:
         """The ``function`` tool declaration for an Agent or Session ``tools`` list."""
@@ -125,15 +132,94 @@ class RegisteredFunction:
         return args, kwargs
 
 
-def _describe_validation_error(error: pydantic.ValidationError) -> str:
+#: Error context that may quote the value: a validator's or parser's own text, the tag
+#: given to a discriminated union, an attribute name.
+_QUOTING_CONTEXT = frozenset({"error", "tag", "attribute"})
+#: Placeholders for that context in pydantic's message templates, with the separator or
+#: quotes around them.
+_QUOTING_PLACEHOLDER = re.compile(r"(?:,\s*|:\s*|\s)?'?\{(?:error|tag|attribute)\}'?")
+#: Error types pydantic defines; any other is an application's ``PydanticCustomError``,
+#: whose text is the application's and may quote the value.
+_PYDANTIC_ERROR_TYPES: frozenset[str] = frozenset(get_args(ErrorType))
+#: What the model is told instead of a message that could quote the value.
+_WITHHELD_MESSAGE = "Value is not valid"
+
+
+def _describe_validation_error(
+    error: pydantic.ValidationError, arguments: Mapping[str, Any], names: frozenset[str]
+) -> str:
+    """The problems, each naming the field, never a value: pydantic's input and the
+    context that may quote it are left out, and keys of the model's own objects (a
+    ``dict[str, int]`` argument) are shown as ``*`` unless the schema names them."""
     problems = []
     for item in error.errors(include_input=False, include_url=False):
-        where = ".".join(str(part) for part in item["loc"]) or "<arguments>"
-        if item["type"] == "extra_forbidden":
+        unknown = item["type"] == "extra_forbidden"
+        where = _where(item["loc"], arguments, names, unknown=unknown)
+        if unknown:
             problems.append(f"unknown field `{where}`")
         else:
-            problems.append(f"`{where}`: {item['msg']}")
+            problems.append(f"`{where}`: {_message(item)}")
     return "Invalid arguments: " + "; ".join(problems[:5])
+
+
+def _where(
+    location: tuple[int | str, ...],
+    arguments: Mapping[str, Any],
+    names: frozenset[str],
+    *,
+    unknown: bool,
+) -> str:
+    """The dotted path of an error. A part that is a key of the arguments at that point
+    is shown only if the schema declares it (or it is the unknown field itself); other
+    parts are list indexes and pydantic's labels (a union member, ``[key]``)."""
+    shown: list[str] = []
+    here: Any = arguments
+    for position, part in enumerate(location):
+        if isinstance(here, Mapping) and part in here:
+            last = position == len(location) - 1
+            shown.append(str(part) if part in names or (unknown and last) else "*")
+            here = here[part]
+        elif isinstance(here, list) and isinstance(part, int) and 0 <= part < len(here):
+            shown.append(str(part))
+            here = here[part]
+        else:
+            shown.append(str(part))
+    return ".".join(shown) or "<arguments>"
+
+
+def _message(item: pydantic_core.ErrorDetails) -> str:
+    """pydantic's message, without the parts of its context that may quote the value."""
+    context = item.get("ctx") or {}
+    error_type = item["type"]
+    if not _is_pydantic_error_type(error_type):
+        return _WITHHELD_MESSAGE
+    if _QUOTING_CONTEXT.isdisjoint(context):
+        return item["msg"]
+    try:
+        template = pydantic_core.PydanticKnownError(error_type, context).message_template
+        return _QUOTING_PLACEHOLDER.sub("", template).format_map(context) or _WITHHELD_MESSAGE
+    except (KeyError, ValueError, TypeError):  # a template this version does not expect
+        return _WITHHELD_MESSAGE
+
+
+def _is_pydantic_error_type(name: str) -> TypeGuard[ErrorType]:
+    return name in _PYDANTIC_ERROR_TYPES
+
+
+def _declared_names(schema: object) -> frozenset[str]:
+    """Every property name anywhere in a JSON Schema (its ``$defs`` included)."""
+    names: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                names.update(name for name in properties if isinstance(name, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(names)
 
 
 def _unknown_fields(arguments: Mapping[str, Any], known: set[str]) -> None:
@@ -177,7 +263,7 @@ def _signature_binder(
     # (model_config, model_dump, _private, ...).
     fields: dict[str, Any] = {}
     parameters: dict[str, str] = {}  # field -> parameter
-    for param in inspect.signature(func).parameters.values():
+    for param in _parameters(func):
         if param.name == context_parameter:
             continue
         annotation = hints.get(param.name, Any)
@@ -196,19 +282,21 @@ def _signature_binder(
         **fields,
     )
     assert issubclass(model, pydantic.BaseModel)
+    schema = _clean_schema(model.model_json_schema())
+    names = _declared_names(schema)
 
     def bind(arguments: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         try:
             validated = model.model_validate(dict(arguments))
         except pydantic.ValidationError as exc:
-            raise ArgumentsError(_describe_validation_error(exc)) from None
+            raise ArgumentsError(_describe_validation_error(exc, arguments, names)) from None
         return (), {parameter: getattr(validated, field) for field, parameter in parameters.items()}
 
-    return _clean_schema(model.model_json_schema()), bind
+    return schema, bind
 
 
 def _check_signature(func: Callable[..., Any], name: str) -> None:
-    for param in inspect.signature(func).parameters.values():
+    for param in _parameters(func):
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
             raise AdmissionError(
@@ -260,7 +348,7 @@ def _check_expressible(name: str, parameter: str, annotation: Any) -> None:
 def _context_parameter(name: str, hints: Mapping[str, Any], func: Callable[..., Any]) -> str | None:
     """The one parameter annotated ``CallContext`` (also inside ``Annotated``)."""
     found: list[str] = []
-    for param in inspect.signature(func).parameters:
+    for param in (parameter.name for parameter in _parameters(func)):
         annotation = hints.get(param)
         if get_origin(annotation) is Annotated:
             annotation = get_args(annotation)[0]
@@ -306,7 +394,9 @@ def _field_info(
     return info
 
 
-def _model_binder(model: type[pydantic.BaseModel], known: set[str] | None) -> Binder:
+def _model_binder(
+    model: type[pydantic.BaseModel], known: set[str] | None, names: frozenset[str]
+) -> Binder:
     """The function receives one validated ``model``; with ``known``, other top-level
     names fail the call whatever the model's own ``extra`` setting."""
 
@@ -316,9 +406,56 @@ def _model_binder(model: type[pydantic.BaseModel], known: set[str] | None) -> Bi
         try:
             return (model.model_validate(dict(arguments)),), {}
         except pydantic.ValidationError as exc:
-            raise ArgumentsError(_describe_validation_error(exc)) from None
+            raise ArgumentsError(_describe_validation_error(exc, arguments, names)) from None
 
     return bind
+
+
+def _model_parameters(
+    model: type[pydantic.BaseModel], name: str, *, strict: bool
+) -> tuple[dict[str, Any], Binder]:
+    """The schema and binder of ``parameters=model``, a ``RootModel`` or one that refers
+    to itself included. The model validates the arguments; ``strict`` closes the top
+    level unless the model's root is a mapping (``additionalProperties`` a schema)."""
+    schema = _clean_schema(_inline_root_reference(model.model_json_schema()))
+    if schema.get("type") != "object":
+        raise AdmissionError(
+            f"Function {name!r}: parameters model {model.__qualname__} describes a "
+            f"{schema.get('type', 'value')}, but arguments are a JSON object. Use a model "
+            "with fields (or a RootModel of a dict or of such a model).",
+            tool=name or None,
+            field="parameters",
+        )
+    known: set[str] | None = None
+    if strict and not isinstance(schema.get("additionalProperties"), dict):
+        schema["additionalProperties"] = False
+        known = set(schema["properties"])
+    return schema, _model_binder(model, known, _declared_names(schema))
+
+
+def _inline_root_reference(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with a root ``$ref`` (a model that refers to itself, a RootModel of a
+    model) replaced by the definition it names, so the root is an object the server
+    accepts and properties can be added to. ``$defs`` stays for the references left
+    inside; the inlined definition goes if nothing refers to it any more."""
+    reference, definitions = schema.get("$ref"), schema.get("$defs")
+    prefix = "#/$defs/"
+    if not (
+        isinstance(reference, str)
+        and reference.startswith(prefix)
+        and isinstance(definitions, dict)
+        and isinstance(definitions.get(reference.removeprefix(prefix)), dict)
+    ):
+        return schema
+    siblings = {key: value for key, value in schema.items() if key not in ("$ref", "$defs")}
+    inlined: dict[str, Any] = {**definitions[reference.removeprefix(prefix)], **siblings}
+    referred = json.dumps([inlined, definitions])
+    remaining = {
+        key: value for key, value in definitions.items() if json.dumps(prefix + key) in referred
+    }
+    if remaining:
+        inlined["$defs"] = remaining
+    return inlined
 
 
 def _schema_binder(schema: Mapping[str, Any], *, strict: bool) -> Binder:
@@ -397,24 +534,20 @@ def describe_function(
     """
     if not callable(func):
         raise TypeError(f"Expected a callable, got {type(func).__name__}")
-    doc = parse_docstring(inspect.getdoc(func))
-    fn_name = name if name is not None else getattr(func, "__name__", "")
-    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+    doc = _docstring(func)
+    fn_name = name if name is not None else _default_name(func)
+    declaring = _declaring(func)
+    if inspect.isgeneratorfunction(declaring) or inspect.isasyncgenfunction(declaring):
         raise AdmissionError(
             f"Function {fn_name!r} is a generator: a call gets one result, so return it "
             "(a list, if there are several values) instead of yielding.",
             tool=fn_name or None,
         )
     _check_options(fn_name, timeout, max_concurrency, max_attempts)
-    hints = _type_hints(func, fn_name)
+    hints = _type_hints(declaring, fn_name)
     context_parameter = _context_parameter(fn_name, hints, func)
     if isinstance(parameters, type) and issubclass(parameters, pydantic.BaseModel):
-        schema = _clean_schema(parameters.model_json_schema())
-        known: set[str] | None = None
-        if strict:
-            schema["additionalProperties"] = False
-            known = set(schema["properties"])
-        binder = _model_binder(parameters, known)
+        schema, binder = _model_parameters(parameters, fn_name, strict=strict)
     elif parameters is not None:
         schema = dict(parameters)
         binder = _schema_binder(schema, strict=strict)
@@ -453,6 +586,57 @@ def describe_function(
     )
     check_tools([registered.declaration()], for_session=False)
     return registered
+
+
+def _unpartial(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The callable under any ``functools.partial``."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    return func
+
+
+def _is_callable_object(func: Callable[..., Any]) -> bool:
+    """An instance whose class defines ``__call__`` (not a function, method or class)."""
+    return not (inspect.isroutine(func) or isinstance(func, type))
+
+
+def _declaring(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What declares ``func``'s type hints and kind (``def`` or ``async def``): the
+    callable under partials, and the ``__call__`` of a callable object. A wrapper made
+    with ``functools.wraps`` declares its own kind: a plain wrapper may well run the
+    coroutine itself (as asgiref's ``async_to_sync`` does), so ``__wrapped__`` is not
+    followed to decide how to call it."""
+    inner = _unpartial(func)
+    if _is_callable_object(inner):
+        call: Callable[..., Any] = type(inner).__call__
+        return call
+    return inner
+
+
+def _parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The parameters the model fills: those of ``inspect.signature`` (which drops a
+    partial's bound positions and an object's ``self``) less a partial's bound
+    keywords, which the signature keeps as defaults the model could override."""
+    bound = func.keywords if isinstance(func, functools.partial) else {}
+    return [p for p in inspect.signature(func).parameters.values() if p.name not in bound]
+
+
+def _default_name(func: Callable[..., Any]) -> str:
+    """A function's ``__name__`` (under partials), or a callable object's class name."""
+    inner = _unpartial(func)
+    name = getattr(inner, "__name__", None)
+    return name if isinstance(name, str) else type(inner).__name__
+
+
+def _docstring(func: Callable[..., Any]) -> ParsedDocstring:
+    """The docstring of the callable under partials; for a callable object, its class's
+    description, and parameters documented on the class or on ``__call__``."""
+    inner = _unpartial(func)
+    doc = parse_docstring(inspect.getdoc(inner))
+    if not _is_callable_object(inner):
+        return doc
+    call = parse_docstring(inspect.getdoc(type(inner).__call__))
+    return ParsedDocstring(doc.description or call.description, {**doc.params, **call.params})
 
 
 def _check_json(name: str, schema: Mapping[str, Any]) -> None:

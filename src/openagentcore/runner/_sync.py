@@ -17,9 +17,9 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 from typing_extensions import Unpack
@@ -32,7 +32,7 @@ from . import _pump as pump
 from ._base import RunnerError, RunnerOptions, ServeTimeout, closed_before_the_end
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve, heeds
-from ._execution import Hooks, call_async, call_sync
+from ._execution import ReturnedAwaitable, await_returned, call_async, call_sync
 from ._serving_sync import Serving
 
 __all__ = ["FunctionRunner"]
@@ -361,9 +361,16 @@ class FunctionRunner(Serving):
     def _run(self, effect: pump.RunFunction, context: CallContext) -> None:
         try:
             if effect.function.is_async:
-                outcome = asyncio.run(_cancellable(effect, self._hooks, context))
+                outcome = asyncio.run(
+                    _cancellable(call_async(effect, self._hooks, context), context)
+                )
             else:
-                outcome = call_sync(effect, self._hooks, context)
+                returned = call_sync(effect, self._hooks, context)
+                if isinstance(returned, ReturnedAwaitable):
+                    awaiting = await_returned(effect, self._hooks, context, returned)
+                    outcome = asyncio.run(_cancellable(awaiting, context))
+                else:
+                    outcome = returned
         except BaseException:
             # SystemExit or the like inside the function: no result, so the call is
             # in doubt; the pump must hear of it all the same.
@@ -457,11 +464,11 @@ class _Reader:
 
 
 async def _cancellable(
-    effect: pump.RunFunction, hooks: Hooks, context: CallContext
+    running: Coroutine[Any, Any, pump.FunctionOutcome], context: CallContext
 ) -> pump.FunctionOutcome:
-    """Run a coroutine function on this thread's own loop, cancelled when the runner
-    sets ``context.cancelled`` (its Turn was cancelled or its time ran out)."""
-    task = asyncio.ensure_future(call_async(effect, hooks, context))
+    """Run a coroutine function's call on this thread's own loop, cancelled when the
+    runner sets ``context.cancelled`` (its Turn was cancelled or its time ran out)."""
+    task = asyncio.ensure_future(running)
     while not task.done():
         await asyncio.wait({task}, timeout=_CANCEL_POLL)
         if context.cancelled.is_set() and not task.done():

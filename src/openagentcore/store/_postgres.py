@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from . import _rules
 from ._base import Clock
 from ._exceptions import (
     StoreClosedError,
@@ -17,6 +20,7 @@ from ._exceptions import (
     StoreSchemaError,
     StoreUnavailableError,
 )
+from ._records import CallKey, Claim
 from ._rules import DamagedRowError
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
@@ -50,6 +54,40 @@ _RAW_KEY_CONFLICT = "ON CONFLICT (session_id, turn_id, call_id)"
 #: is then judged late (the safe side) and a renewed lease is that much shorter, which a
 #: ``lock_timeout`` far below the lease keeps harmless.
 _DATABASE_NOW = "extract(epoch from clock_timestamp())::float8"
+
+
+#: How long a transaction its worker left stays open before a store has been asked for
+#: any lease: a third of the runner's default lease (60 s).
+_DEFAULT_IDLE_IN_TRANSACTION = 20.0
+#: The least idle time that ends a transaction: a live worker can pause that long between
+#: two statements of one on a busy host, and would then lose the transaction.
+_SHORTEST_IDLE_IN_TRANSACTION = 1.0
+
+#: libpq connection parameters that notice a database gone from the network, unless the
+#: DSN sets them: a probe after 5 s of silence, every 2 s, 3 unanswered ones end the
+#: connection; so does data unacknowledged for 10 s while a statement is sent.
+_DEAD_PEER_DETECTION = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+}
+_TCP_USER_TIMEOUT_MS = "10000"
+
+
+def _dead_peer_detection(dsn: str) -> dict[str, str]:
+    """The dead-peer parameters the DSN leaves unset (none for a DSN psycopg cannot
+    parse: connecting reports that)."""
+    import psycopg
+
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return {}
+    wanted = dict(_DEAD_PEER_DETECTION)
+    if psycopg.pq.version() >= 120000:  # libpq knows tcp_user_timeout since 12
+        wanted["tcp_user_timeout"] = _TCP_USER_TIMEOUT_MS
+    return {name: value for name, value in wanted.items() if name not in given}
 
 
 def _without_password(dsn: str) -> str:
@@ -100,8 +138,17 @@ class PostgresResultStore(SQLResultStore):
     committed row and a stronger level would only add serialization failures. A statement
     that waits longer than ``lock_timeout`` seconds for a lock, or runs longer than
     ``statement_timeout`` seconds, fails with :class:`StoreUnavailableError` (retry it),
-    so one stuck transaction cannot stall lease renewal past the lease. Requires
-    ``pip install 'openagentcore[postgres]'``.
+    so one stuck transaction cannot stall lease renewal past the lease.
+
+    A worker cut off from the database in the middle of a transaction leaves it open on
+    the server, with its row locks, until TCP gives up (minutes to hours). So a
+    transaction left idle for ``idle_in_transaction_timeout`` seconds is ended by the
+    server (``idle_in_transaction_session_timeout``) and its locks freed. By default that
+    is a third of the shortest lease this store has been asked for by ``claim``,
+    ``take_over`` or ``renew_lease`` (at least 1 s; 20 s before the first). Connections
+    also use TCP keepalives and ``tcp_user_timeout``, so a worker notices a database gone
+    from the network within about 10 s; parameters of those the DSN sets are kept.
+    Requires ``pip install 'openagentcore[postgres]'``.
     """
 
     _row_lock_clause = " FOR UPDATE"
@@ -118,6 +165,7 @@ class PostgresResultStore(SQLResultStore):
         pool_timeout: float = 30.0,
         lock_timeout: float = 5.0,
         statement_timeout: float = 30.0,
+        idle_in_transaction_timeout: float | None = None,
         clock: Clock | None = None,
     ) -> None:
         try:
@@ -136,10 +184,10 @@ class PostgresResultStore(SQLResultStore):
                 )
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
-        for field, seconds in (
-            ("lock_timeout", lock_timeout),
-            ("statement_timeout", statement_timeout),
-        ):
+        timeouts = [("lock_timeout", lock_timeout), ("statement_timeout", statement_timeout)]
+        if idle_in_transaction_timeout is not None:
+            timeouts.append(("idle_in_transaction_timeout", idle_in_transaction_timeout))
+        for field, seconds in timeouts:
             if not seconds > 0:
                 raise ValueError(f"{field} must be a positive number of seconds, got {seconds!r}")
         super().__init__(
@@ -156,11 +204,22 @@ class PostgresResultStore(SQLResultStore):
             "lock_timeout": _milliseconds(lock_timeout),
             "statement_timeout": _milliseconds(statement_timeout),
         }
+        #: Whether ``idle_in_transaction_timeout`` follows the leases asked for.
+        self._idle_follows_leases = idle_in_transaction_timeout is None
+        self._idle_in_transaction = (
+            _DEFAULT_IDLE_IN_TRANSACTION
+            if idle_in_transaction_timeout is None
+            else idle_in_transaction_timeout
+        )
+        self._idle_lock = threading.Lock()
+        #: The idle-in-transaction timeout each open connection has, as set on it.
+        self._idle_set_on: weakref.WeakKeyDictionary[psycopg.Connection[tuple[Any, ...]], str] = (
+            weakref.WeakKeyDictionary()
+        )
 
         def configure(connection: psycopg.Connection[tuple[Any, ...]]) -> None:
             connection.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
-            for name, value in settings.items():
-                connection.execute("SELECT set_config(%s, %s, false)", (name, value))
+            self._bound_idle_transactions(connection, also=settings)
 
         self._schema = schema
         self._table_name = table
@@ -187,7 +246,11 @@ class PostgresResultStore(SQLResultStore):
                 # No server-side prepared statements: a plan cached before the table
                 # changed under it fails ("cached plan must not change result type")
                 # for the life of the connection; and PgBouncer cannot keep them.
-                kwargs={"autocommit": True, "prepare_threshold": None},
+                kwargs={
+                    "autocommit": True,
+                    "prepare_threshold": None,
+                    **_dead_peer_detection(dsn),
+                },
                 configure=configure,
                 check=psycopg_pool.ConnectionPool.check_connection,
                 name=f"openagentcore-store-{schema}.{table}",
@@ -210,6 +273,62 @@ class PostgresResultStore(SQLResultStore):
     def __repr__(self) -> str:
         # The DSN may hold a password, so it is never shown.
         return f"PostgresResultStore(schema={self._schema!r}, table={self._table_name!r})"
+
+    def claim(
+        self,
+        key: CallKey,
+        *,
+        function_name: str,
+        arguments_hash: str,
+        owner: str,
+        lease_seconds: float,
+    ) -> Claim:
+        self._follow_lease(lease_seconds)
+        return super().claim(
+            key,
+            function_name=function_name,
+            arguments_hash=arguments_hash,
+            owner=owner,
+            lease_seconds=lease_seconds,
+        )
+
+    def take_over(
+        self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int
+    ) -> Claim:
+        self._follow_lease(lease_seconds)
+        return super().take_over(
+            key, owner=owner, lease_seconds=lease_seconds, expected_attempts=expected_attempts
+        )
+
+    def renew_lease(self, key: CallKey, *, owner: str, lease_seconds: float) -> bool:
+        self._follow_lease(lease_seconds)
+        return super().renew_lease(key, owner=owner, lease_seconds=lease_seconds)
+
+    def _follow_lease(self, lease_seconds: float) -> None:
+        """Keep transactions a worker left from holding its calls' rows past a third of
+        the shortest lease asked for."""
+        _rules.validate_lease(lease_seconds)
+        if not self._idle_follows_leases:
+            return
+        third = max(_SHORTEST_IDLE_IN_TRANSACTION, lease_seconds / 3)
+        with self._idle_lock:
+            self._idle_in_transaction = min(self._idle_in_transaction, third)
+
+    def _bound_idle_transactions(
+        self,
+        connection: psycopg.Connection[tuple[Any, ...]],
+        also: Mapping[str, str] | None = None,
+    ) -> None:
+        """Set the current idle-in-transaction timeout (and the settings ``also``) on
+        ``connection`` unless it has them: one round trip per connection each time the
+        shortest lease drops."""
+        wanted = _milliseconds(self._idle_in_transaction)
+        with self._idle_lock:
+            if not also and self._idle_set_on.get(connection) == wanted:
+                return
+        _set_session(connection, {**(also or {}), "idle_in_transaction_session_timeout": wanted})
+        with self._idle_lock:
+            self._idle_set_on[connection] = wanted
 
     def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -307,8 +426,10 @@ class PostgresResultStore(SQLResultStore):
     def _transaction(self) -> Iterator[Transaction]:
         pool = self._open_pool()
         try:
-            with pool.connection() as connection, connection.transaction():
-                yield _PostgresTransaction(connection)
+            with pool.connection() as connection:
+                self._bound_idle_transactions(connection)
+                with connection.transaction():
+                    yield _PostgresTransaction(connection)
         except self._value_errors as exc:
             raise self._refused_value(exc) from None
         except self._unavailable_errors as exc:
@@ -328,6 +449,13 @@ class PostgresResultStore(SQLResultStore):
             raise self._unavailable(exc) from exc
         except DamagedRowError as exc:
             raise self._damaged(exc) from exc
+
+
+def _set_session(connection: psycopg.Connection[Any], settings: Mapping[str, str]) -> None:
+    """Set server settings for the rest of the session, in one round trip."""
+    calls = ", ".join("set_config(%s, %s, false)" for _ in settings)
+    params = [part for setting in settings.items() for part in setting]
+    connection.execute(f"SELECT {calls}", params)
 
 
 def _first_line(exc: Exception) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "FINISHED",
     "MANUAL_RERUN",
     "PRUNABLE_STATES",
     "RAW_HASH_PREFIX",
@@ -62,6 +63,9 @@ SETTLED_STATES: frozenset[CallState] = frozenset({CallState.APPLIED, CallState.A
 PRUNABLE_STATES: frozenset[CallState] = SETTLED_STATES | {CallState.SUBMITTED}
 
 
+#: ``settled_by`` of a call marked in doubt whose run finished after all and saved its
+#: own result first (the worker that marked it had not answered yet).
+FINISHED = "finished"
 #: ``settled_by`` of a call in doubt that a person cleared to run again
 #: (``openagentcore calls resolve --rerun``): the next runner serving its function runs
 #: it, whether or not the function is idempotent.
@@ -100,11 +104,13 @@ class CallRecord:
     #: owner gone), kept after it is settled.
     in_doubt_at: float | None = None
     #: How a call in doubt was settled: ``rerun`` (run again), ``failed`` or ``result``
-    #: (a runner's policy), ``manual:output``, ``manual:failed`` or ``manual:rerun``
+    #: (a runner's policy), ``finished`` (the run thought lost saved its own result
+    #: first), ``manual:output``, ``manual:failed`` or ``manual:rerun``
     #: (``calls resolve``; a call marked ``manual:rerun`` stays ``IN_DOUBT`` until a
     #: runner serving its function runs it again).
     settled_by: str | None = None
-    #: What the function produced after its ``timeout`` had failed the call: the
+    #: What the function produced after its ``timeout`` had failed the call, or after
+    #: another worker had settled it (marked in doubt and answered): the
     #: ``tool_result`` event it would have sent (a failed one if it raised), never sent.
     #: Kept for the operator; ``result`` stays what the model got.
     late_outcome: dict[str, Any] | None = None
@@ -287,19 +293,29 @@ def owner_is_dead(owner: str) -> bool:
 
 def idempotency_key_for(key: CallKey) -> str:
     """The ``Idempotency-Key`` for submitting this call's result: the same on every retry,
-    on every host, and 68 bytes long (the server accepts up to 128)."""
-    joined = "\x1f".join((key.session_id, key.turn_id, key.call_id))
-    # surrogatepass: ids a server sent with a lone surrogate still get a key (the
-    # runner never answers such a call, but nothing that names it may raise).
-    return "oac-" + hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
+    on every host, and 68 bytes long (the server accepts up to 128).
+
+    Each id is length-prefixed before hashing, so no two calls share a key whatever
+    their ids hold. A claim stores the key in the call's record, and every submission
+    sends the stored one: a result saved by a version that derived keys differently
+    (earlier versions joined the ids with U+001F) is resubmitted under the key it was
+    first sent with.
+    """
+    digest = hashlib.sha256(b"openagentcore result\0")
+    for part in (key.session_id, key.turn_id, key.call_id):
+        # surrogatepass: ids a server sent with a lone surrogate still get a key (the
+        # runner never answers such a call, but nothing that names it may raise).
+        encoded = part.encode("utf-8", "surrogatepass")
+        digest.update(b"%d:" % len(encoded) + encoded)
+    return "oac-" + digest.hexdigest()
 
 
-def answer_idempotency_key(key: CallKey, answer: str) -> str:
+def answer_idempotency_key(record: CallRecord, answer: str) -> str:
     """The ``Idempotency-Key`` of a person's answer to a call whose saved result the
-    server refused: the call's key plus a digest of the answer, so that no key names two
-    bodies and sending the same answer again is a retry (86 bytes)."""
+    server refused: the call's stored key plus a digest of the answer, so that no key
+    names two bodies and sending the same answer again is a retry (86 bytes)."""
     digest = hashlib.sha256(answer.encode("utf-8", errors="surrogatepass")).hexdigest()
-    return f"{idempotency_key_for(key)}-m{digest[:16]}"
+    return f"{record.idempotency_key}-m{digest[:16]}"
 
 
 #: Prefix of the digest of arguments nested too deep for the JSON parser: those are hashed

@@ -16,6 +16,7 @@ from typing import Any
 
 from ._exceptions import InvalidTransitionError
 from ._records import (
+    FINISHED,
     MANUAL_RERUN,
     SETTLED_STATES,
     CallKey,
@@ -375,6 +376,10 @@ def save_result(
         if owner is None:
             return None  # a runner's policy answer does not override a person's rerun
         settled_by = None  # the run thought lost finished after all: nobody settled it
+    elif record.state is CallState.IN_DOUBT and owner is not None:
+        # Another worker marked the call in doubt, then the run thought lost finished
+        # after all: its own result, not anyone's answer to the doubt.
+        settled_by = FINISHED
     elif record.state is CallState.IN_DOUBT and settled_by is None:
         # A runner's in-doubt policy answered without running the function again.
         settled_by = "failed" if result.get("success") is False else "result"

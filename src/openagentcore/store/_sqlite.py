@@ -7,6 +7,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar, cast
@@ -93,11 +94,16 @@ class SQLiteResultStore(SQLResultStore):
         self._lock = threading.RLock()
         self._pending: collections.deque[_PendingWrite[Any]] = collections.deque()
         self._synchronous = "FULL"
-        _create_private(self._path)
+        #: The file SQLite writes, once a ``file:`` URI is decoded (``None``: in memory).
+        self._file_name, creates = _database_file(self._path)
+        if creates and self._file_name is not None:
+            _create_private(self._file_name)
         try:
             connection = sqlite3.connect(
                 self._path,
                 timeout=busy_timeout,
+                # Whether or not this SQLite was built to read URIs by default.
+                uri=self._path.startswith("file:"),
                 isolation_level=None,  # transactions are begun and committed explicitly
                 check_same_thread=False,  # every use is serialized by self._lock
             )
@@ -108,7 +114,7 @@ class SQLiteResultStore(SQLResultStore):
             ) from exc
         self._connection: sqlite3.Connection | None = connection
         #: The file this store opened: writes check that its path still names it.
-        self._file = _file_identity(self._path)
+        self._file = _file_identity(self._file_name)
         # Switching a new file to WAL can answer "database is locked" at once, without
         # waiting on busy_timeout, while another process creates the same store: retry.
         opening = tenacity.Retrying(
@@ -239,7 +245,7 @@ class SQLiteResultStore(SQLResultStore):
             connection = self._open_connection()
             try:
                 connection.execute("BEGIN IMMEDIATE")
-                if _file_identity(self._path) != self._file:
+                if _file_identity(self._file_name) != self._file:
                     connection.execute("ROLLBACK")
                     raise StoreUnavailableError(
                         f"the SQLite result store at {self._path!r} was deleted or replaced "
@@ -274,9 +280,30 @@ class SQLiteResultStore(SQLResultStore):
                 raise _corrupt(self._path, exc) from exc
 
 
-def _file_identity(path: str) -> tuple[int, int] | None:
+def _database_file(path: str) -> tuple[str | None, bool]:
+    """The file SQLite opens for ``path`` (a ``file:`` URI decoded as SQLite decodes it,
+    ``None`` for an in-memory database) and whether SQLite may create it (not in the
+    URI's ``mode=ro`` or ``mode=rw``)."""
+    if path in ("", ":memory:"):
+        return None, False
+    if not path.startswith("file:"):
+        return path, True
+    rest = path[len("file:") :].partition("#")[0]
+    name, _, query = rest.partition("?")
+    if name.startswith("//"):  # an authority: SQLite accepts only "" and "localhost"
+        slash = name.find("/", 2)
+        name = "" if slash < 0 else name[slash:]
+    name = urllib.parse.unquote(name)
+    parameters = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    mode = parameters.get("mode", "rwc")
+    if name in ("", ":memory:") or mode == "memory":
+        return None, False
+    return name, mode == "rwc"
+
+
+def _file_identity(path: str | None) -> tuple[int, int] | None:
     """The device and inode ``path`` names now (``None``: missing, or not a file)."""
-    if path == ":memory:" or path.startswith("file:"):
+    if path is None:
         return None
     try:
         status = os.stat(path)
@@ -288,14 +315,18 @@ def _file_identity(path: str) -> tuple[int, int] | None:
 def _create_private(path: str) -> None:
     """Create the database file readable by its owner only, before SQLite does.
 
-    Saved results are function outputs in clear text. SQLite gives the ``-wal`` and
-    ``-shm`` files the database file's permissions, so all three end up ``0600``
-    whatever the umask. An existing file keeps the permissions its owner chose.
+    Saved results are function outputs in clear text. SQLite gives the ``-wal``,
+    ``-shm`` and ``-journal`` files the database file's permissions, so all of them end
+    up ``0600`` whatever the umask. The file is created where the path leads: at the
+    target of a symlink that dangles, at the path a ``file:`` URI names. An existing
+    file keeps the permissions its owner chose, and is not opened here: closing a
+    descriptor of it would drop the locks SQLite holds on it in this process.
     """
-    if path == ":memory:" or path.startswith("file:") or os.path.exists(path):
+    target = os.path.realpath(path)
+    if os.path.lexists(target):
         return
     try:
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        os.close(os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:  # another process created it first
         pass
     except OSError:
