@@ -1,10 +1,10 @@
-"""How ``run_turn`` learns the Turn its input started.
+"""How ``run_turn`` learns the Turn its input started (or joined).
 
-The stream names it (the first Turn created after the input, with no request) only
-when that is sure to be the input's Turn: the Session was idle with no Turn open, and
-the stream did not drop in between. Otherwise ``run_turn`` lists the latest Turn, as it
-always did. The rules are driven here on the core directly; the end-to-end tests count
-the runner's requests against LocalCore.
+The stream names it with no request: the input's first message becomes a user Item of
+that Turn, streamed as ``item.added`` with the Turn's id. Only when the stream dropped
+before that Item showed does ``run_turn`` look the Item up in the history. The rules
+are driven here on the core directly; the end-to-end tests count the runner's requests
+against LocalCore. (``test_run_turn_identity`` has another client's Turns in between.)
 """
 
 from __future__ import annotations
@@ -13,9 +13,16 @@ import time
 from collections.abc import Callable
 
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
-from openagentcore.runner._core import RunnerCore, Serve, heeds
+from openagentcore.runner._core import RunnerCore, Serve, content_key, heeds
 from openagentcore.runner._effects import SessionOutcome
-from openagentcore.types import Turn, TurnCompletedEvent, TurnCreatedEvent
+from openagentcore.types import (
+    InputText,
+    ItemAddedEvent,
+    MessageItem,
+    Turn,
+    TurnCreatedEvent,
+    UserMessage,
+)
 
 from ._support import CallLog, Harness
 from .test_delivery import register_add
@@ -33,56 +40,74 @@ def _connected(status: str) -> tuple[RunnerCore, Serve]:
     return core, serve
 
 
-def _created(turn_id: str, subagent_id: str | None = None) -> TurnCreatedEvent:
+def _created(turn_id: str) -> TurnCreatedEvent:
     turn = Turn.model_construct(
-        id=turn_id,
-        session_id=SESSION,
-        agent_id="agent_x",
-        status="queued",
-        created_at=0,
-        subagent_id=subagent_id,
+        id=turn_id, session_id=SESSION, agent_id="agent_x", status="queued", created_at=0
     )
     return TurnCreatedEvent.model_construct(
         type="agent.session.turn.created", session_id=SESSION, turn_id=turn_id, turn=turn
     )
 
 
-def test_on_an_idle_session_the_first_turn_created_after_the_input_is_its_turn() -> None:
+MINE = content_key(UserMessage.from_text("mine").content)
+
+
+def _user_item(turn_id: str, text: str) -> ItemAddedEvent:
+    item = MessageItem.model_construct(
+        id=f"msg_{turn_id}_{text}",
+        type="message",
+        turn_id=turn_id,
+        role="user",
+        content=[InputText(text=text)],
+        status="completed",
+        phase=None,
+    )
+    return ItemAddedEvent.model_construct(
+        type="agent.session.turn.item.added", session_id=SESSION, turn_id=turn_id, item=item
+    )
+
+
+def test_the_turn_of_the_inputs_own_item_is_its_turn_not_the_first_created() -> None:
+    """Another client's input starts a Turn first: its Item has other content."""
     core, serve = _connected("idle")
-    assert core.expect_turn(serve, reconnects=0)
+    assert core.expect_turn(serve, reconnects=0, input_key=MINE)
     assert not core.finished(serve, 0.1)
 
-    core.on_event(serve, _created("turn_sub", subagent_id="sub_1"), 0.1)  # not a root Turn
+    core.on_event(serve, _created("turn_theirs"), 0.1)
+    core.on_event(serve, _user_item("turn_theirs", "theirs"), 0.1)
     assert not core.finished(serve, 0.1)
     core.on_event(serve, _created("turn_mine"), 0.1)
-    core.on_event(serve, _created("turn_later"), 0.1)
+    core.on_event(serve, _user_item("turn_mine", "mine"), 0.1)
+    core.on_event(serve, _user_item("turn_later", "mine"), 0.1)
 
     assert core.finished(serve, 0.1)
     assert serve.created_turn == "turn_mine"
 
 
-def test_a_session_at_work_joins_the_input_to_its_turn_so_the_turn_is_listed() -> None:
+def test_an_input_that_joins_a_running_turn_is_named_by_its_item() -> None:
+    """On a Session at work the input joins its Turn: no Turn is created, but the
+    input's Item carries the Turn's id."""
     core, serve = _connected("requires_action")
-    assert not core.expect_turn(serve, reconnects=0)
+    assert core.expect_turn(serve, reconnects=0, input_key=MINE)
+
+    core.on_event(serve, _user_item("turn_open", "mine"), 0.1)
+
+    assert core.finished(serve, 0.1)
+    assert serve.created_turn == "turn_open"
 
 
-def test_a_turn_the_stream_showed_created_and_not_ended_is_one_the_input_joins() -> None:
-    """The Session read said idle, but a Turn was created since (its status event has
-    not come yet): the input joins that Turn, and no Turn is created after it."""
+def test_an_item_with_the_same_content_streamed_before_the_input_was_sent_is_not_it() -> None:
     core, serve = _connected("idle")
-    core.on_event(serve, _created("turn_open"), 0.1)
-    assert not core.expect_turn(serve, reconnects=0)
+    core.on_event(serve, _user_item("turn_earlier", "mine"), 0.1)
+    assert core.expect_turn(serve, reconnects=0, input_key=MINE)
 
-    ended = TurnCompletedEvent.model_construct(
-        type="agent.session.turn.completed", session_id=SESSION, turn_id="turn_open", turn=None
-    )
-    core.on_event(serve, ended, 0.2)
-    assert core.expect_turn(serve, reconnects=0)
+    assert not core.finished(serve, 0.1)
+    assert serve.created_turn is None
 
 
-def test_a_drop_before_the_turn_was_seen_created_falls_back_to_listing() -> None:
+def test_a_drop_before_the_inputs_item_was_seen_falls_back_to_the_history() -> None:
     core, serve = _connected("idle")
-    assert core.expect_turn(serve, reconnects=0)
+    assert core.expect_turn(serve, reconnects=0, input_key=MINE)
 
     core.on_dropped(serve)  # the created event may have been lost with the stream
 
@@ -117,7 +142,7 @@ def test_run_turn_on_a_session_waiting_for_a_call_follows_the_turn_it_joins(
     make_core: MakeCore, make_harness: MakeHarness
 ) -> None:
     """Input sent while a Turn waits for a result joins that Turn (steering): there is
-    no new Turn to see created, so the runner lists the latest Turn and serves it."""
+    no new Turn, and the input's Item in the stream names the one it joined."""
     scenario = Scenario(turns=[TurnScript(steps=[[FunctionCall("add", {"a": 2, "b": 5})]])])
     harness = make_harness(make_core(scenario=scenario))
 
@@ -139,7 +164,7 @@ def test_run_turn_on_a_session_waiting_for_a_call_follows_the_turn_it_joins(
     assert result.turn_id == waiting.id
     assert result.status == "completed"
     assert result.report.calls_run == 1
-    assert harness.statuses("GET", "/turns") == [200]
+    assert harness.statuses("GET", "/turns") == []
 
 
 def test_a_driver_that_skips_the_events_the_core_does_not_heed_ends_in_the_same_state(
@@ -166,9 +191,13 @@ def test_a_driver_that_skips_the_events_the_core_does_not_heed_ends_in_the_same_
             if event.type == "agent.session.idle":
                 break
     skipped = {event.type for event in events if not heeds(event)}
-    assert {"agent.session.turn.output_text.delta", "agent.session.turn.in_progress"} <= skipped
+    assert {
+        "agent.session.turn.output_text.delta",
+        "agent.session.turn.in_progress",
+        "agent.session.turn.created",
+    } <= skipped
     # What the core needs of a Turn: snapshots, the complete call, the result Item (it
-    # proves the result applied), the final message, the Turn's creation and its end.
+    # proves the result applied), the final message, the input's Item and the end.
     heeded = {
         (event.type, getattr(getattr(event, "item", None), "type", None))
         for event in events
@@ -180,7 +209,7 @@ def test_a_driver_that_skips_the_events_the_core_does_not_heed_ends_in_the_same_
         ("agent.session.turn.item.done", "function_call"),
         ("agent.session.turn.item.added", "function_call_output"),
         ("agent.session.turn.item.done", "message"),
-        ("agent.session.turn.created", None),
+        ("agent.session.turn.item.added", "message"),
         ("agent.session.turn.completed", None),
     }
 
@@ -202,7 +231,6 @@ def test_a_driver_that_skips_the_events_the_core_does_not_heed_ends_in_the_same_
                 [step for step in seen if step],
                 serve.messages_by_turn,
                 serve.ends_by_turn,
-                serve.turns_created,
                 view.status,
                 view.pending,
             )

@@ -17,7 +17,6 @@ import functools
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from openagentcore import APIConnectionError, APIError, APITimeoutError
@@ -457,11 +456,6 @@ class SimStream:
         self.runner.world.server.unsubscribe(self)
 
 
-@dataclass
-class _Page:
-    data: list[Turn]
-
-
 class SimClient:
     """What the serving code uses of ``AsyncClient``, answered by the simulated server."""
 
@@ -508,13 +502,6 @@ class _Turns:
     def __init__(self, runner: SimRunner) -> None:
         self._runner = runner
 
-    async def list(
-        self, session_id: str, *, order: str, limit: int, timeout: float | None = None
-    ) -> _Page:
-        assert (order, limit) == ("desc", 1), "the runner reads only the latest Turn"
-        turns = await self._runner.request(lambda server: server.latest_turns(session_id), timeout)
-        return _Page(turns)
-
     async def retrieve(
         self, turn_id: str, *, session_id: str, timeout: float | None = None
     ) -> Turn:
@@ -530,9 +517,12 @@ class _Items:
     def list(
         self, session_id: str, *, order: str, timeout: float | None = None
     ) -> AsyncIterator[Any]:
-        assert order == "asc", "the runner reads the history oldest first"
-        return self._all(session_id, timeout)
+        assert order in ("asc", "desc"), f"unknown order {order!r}"
+        return self._all(session_id, timeout, newest_first=order == "desc")
 
-    async def _all(self, session_id: str, timeout: float | None) -> AsyncIterator[Any]:
-        for item in await self._runner.request(lambda server: server.items(session_id), timeout):
+    async def _all(
+        self, session_id: str, timeout: float | None, *, newest_first: bool
+    ) -> AsyncIterator[Any]:
+        items = await self._runner.request(lambda server: server.items(session_id), timeout)
+        for item in reversed(items) if newest_first else items:
             yield item

@@ -297,7 +297,7 @@ class Server:
 
     def _add_item(self, session: ServerSession, item: Any, *, done: bool) -> None:
         """Into the Session's history, and onto its stream: agent output as
-        ``item.done``, function results as ``item.added``."""
+        ``item.done``, function results and user messages as ``item.added``."""
         session.items.append(item)
         kind = ItemDoneEvent if done else ItemAddedEvent
         self._publish(
@@ -357,11 +357,6 @@ class Server:
             created_at=turn.index,
         )
 
-    def latest_turns(self, session_id: str) -> list[Turn]:
-        """``turns.list(order="desc", limit=1)``."""
-        turns = self.sessions[session_id].turns
-        return [self.turn_snapshot(session_id, turns[-1].id)] if turns else []
-
     def items(self, session_id: str) -> list[Any]:
         return list(self.sessions[session_id].items)
 
@@ -390,32 +385,34 @@ class Server:
                 "conflict_error",
                 "Earlier input to this Session is still pending.",
             )
-        messages = [event for event in events if not isinstance(event, dict)]
+        messages = [
+            message for event in events if not isinstance(event, dict) for message in event.input
+        ]
         if messages:
-            self._admit(session, len(messages))
+            self._admit(session, messages)
         else:
             assert idempotency_key is not None, "the runner posts results with a key"
             self._post_results(session, events, idempotency_key, by_hand=by_hand)
 
-    def _admit(self, session: ServerSession, count: int) -> None:
-        """Messages start a Turn on an idle Session; they join the running one."""
+    def _admit(self, session: ServerSession, messages: list[Any]) -> None:
+        """Messages start a Turn on an idle Session; they join the running one. Each is a
+        user Item of that Turn, streamed as ``item.added``."""
         turn = session.active
         if turn is None:
             steps = self.draw_steps(session, few=True)
             turn = self.open_turn(session, steps, fails=self.world.rng.random() < 0.1)
-        for _ in range(count):
-            session.items.append(
-                _partial(
-                    MessageItem,
-                    type="message",
-                    id=f"msg_{len(session.items)}",
-                    turn_id=turn.id,
-                    role="user",
-                    content=[],
-                    status="completed",
-                    phase=None,
-                )
+        for message in messages:
+            item = _partial(
+                MessageItem,
+                type="message",
+                id=f"msg_{len(session.items)}",
+                turn_id=turn.id,
+                role="user",
+                content=list(message.content),
+                status="completed",
+                phase=None,
             )
+            self._add_item(session, item, done=False)
 
     def _post_results(
         self,

@@ -81,7 +81,7 @@ def _stale_claims_run_again(runner: SimRunner) -> None:
 
     def decide_existing(call: Call, record: CallRecord, stale: bool, now: float) -> None:
         if stale and record.state.value == "started" and call.function is not None:
-            core._hold(call, record, now)
+            core._hold(call, record, now, won=True)
             return
         decide(call, record, stale, now)
 
@@ -99,20 +99,6 @@ def _turn_ends_seen_early_are_forgotten(runner: SimRunner) -> None:
         start_turn(serve, turn_id, status, reconnects)
 
     core.start_turn = forgetful_start_turn  # type: ignore[method-assign]
-
-
-def _turn_named_by_the_stream_even_when_busy(runner: SimRunner) -> None:
-    """Reverts the rule that the stream names ``run_turn``'s Turn only when the Session
-    was idle: input that joins a running Turn then waits for a Turn never created."""
-    core = runner._core
-
-    def expect_turn(serve: Serve, reconnects: int) -> bool:
-        serve.reconnects_at_turn_start = reconnects
-        serve.created_turn = None
-        serve.until = "created"
-        return True
-
-    core.expect_turn = expect_turn  # type: ignore[method-assign]
 
 
 def _refused_results_waited_out(runner: SimRunner) -> None:
@@ -244,7 +230,6 @@ def _cancels_read_from_the_session_ignored(runner: SimRunner) -> None:
         _no_attempt_cap,
         _stale_claims_run_again,
         _turn_ends_seen_early_are_forgotten,
-        _turn_named_by_the_stream_even_when_busy,
     ],
 )
 def test_the_simulator_finds_a_reverted_fix_within_the_ci_budget(

@@ -56,7 +56,6 @@ from ..types import (
     SessionEvent,
     SessionSnapshotEvent,
     TerminalTurnEvent,
-    TurnCreatedEvent,
 )
 from ._effects import (
     AskInDoubt,
@@ -100,6 +99,7 @@ from ._results import (
 
 __all__ = [
     "Call",
+    "ContentKey",
     "InDoubtCall",
     "InDoubtDecision",
     "PendingCall",
@@ -107,6 +107,7 @@ __all__ = [
     "RunnerCore",
     "RunnerError",
     "Serve",
+    "content_key",
 ]
 
 logger = logging.getLogger("openagentcore.runner")
@@ -129,6 +130,12 @@ READ_WARN_EVERY = 30.0
 #: the cap: a database restart takes seconds, and nothing is lost by waiting.
 STORE_RETRY_DELAY = 0.1
 STORE_RETRY_MAX_DELAY = 5.0
+#: A claimed function starts only while at least this share of its lease is left,
+#: counted from when the claim (or the last renewal) was *sent*: a claim the store
+#: acknowledged late may have lapsed meanwhile, and another worker may have answered
+#: the call "outcome unknown". Such a claim is renewed (which checks that it is still
+#: ours) before the function starts.
+START_LEASE_SHARE = 1 / 3
 #: Progress marks are written when this many are queued, or this many seconds after the
 #: oldest, or when a serve ends.
 MARK_BATCH = 64
@@ -142,9 +149,11 @@ _DIFFERENT_RESULT = "different result"
 _CANNOT_ACCEPT = "cannot accept this input"
 
 #: What a serve waits for: the Session idle, its Turn ended, ``stop()``, its stream
-#: connected (``run_turn`` before it sends input), the stream to show the Turn its input
-#: started (``run_turn`` after), or one reconciliation (``recover``).
+#: connected (``run_turn`` before it sends input), the stream to show the Item of the
+#: input ``run_turn`` sent (and so its Turn), or one reconciliation (``recover``).
 Mode = Literal["idle", "turn", "forever", "connected", "created", "once"]
+#: What identifies a message by its content: each part's type and text or image.
+ContentKey = tuple[tuple[str, str], ...]
 #: The modes of ``run_turn``, whose serve keeps what the stream shows of each Turn.
 _TURN_MODES = frozenset({"connected", "created", "turn"})
 
@@ -164,12 +173,14 @@ _ANSWERED_IN: dict[type, Phase] = {
     SaveResult: Phase.SAVING,
 }
 #: Phases in which nothing was done for the call yet.
-_WATCHED = frozenset({Phase.QUEUED, Phase.READY, Phase.BACKOFF})
+_WATCHED = frozenset({Phase.WAITING, Phase.QUEUED, Phase.READY, Phase.BACKOFF})
 _NOT_STARTED = frozenset({Phase.CLAIMING, Phase.LOOKING})
+#: Phases in which a call of a served function keeps a concurrency slot for itself.
+_SLOT_PHASES = frozenset({Phase.CLAIMING, Phase.TAKING_OVER, Phase.QUEUED})
 #: Phases of a call whose function has not ended: a Turn found over stops them.
-_UNANSWERED = _NOT_STARTED | {Phase.TAKING_OVER, Phase.QUEUED, Phase.RUNNING}
+_UNANSWERED = _NOT_STARTED | {Phase.WAITING, Phase.TAKING_OVER, Phase.QUEUED, Phase.RUNNING}
 #: Saved results wait (up to ``BATCH_LINGER``) for calls of their Session in these.
-_LINGER_FOR = _NOT_STARTED | {Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
+_LINGER_FOR = _NOT_STARTED | {Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
 #: Outcomes that do not settle a call: a later announcement decides it afresh.
 _REDECIDE = frozenset({"released", "abandoned_by_serve"})
 
@@ -253,6 +264,13 @@ class Call:
     record: CallRecord | None = None
     #: A store effect to send again once the store may be back.
     retry: Effect | None = None
+    #: The claim or take-over to send once a concurrency slot is free (``WAITING``).
+    claim: ClaimCall | TakeOver | None = None
+    #: When the last claim or take-over for it was sent.
+    claim_sent_at: float = float("-inf")
+    #: Until when its lease is surely held: the lease counted from when the claim or
+    #: renewal that the store confirmed was sent (``-inf``: not confirmed by this one).
+    lease_until: float = float("-inf")
     not_before: float = 0.0
     #: POSTs that failed for a reason that may pass (backoff grows with them).
     post_failures: int = 0
@@ -301,9 +319,11 @@ class Serve:
     messages_by_turn: dict[str, list[MessageItem]] = field(default_factory=dict)
     ends_by_turn: dict[str, str] = field(default_factory=dict)
     reconnects_at_turn_start: int = 0
-    #: Root Turns the stream showed created, in order; and, in mode ``created``, the
-    #: first one created after ``run_turn`` sent its input.
-    turns_created: list[str] = field(default_factory=list)
+    #: In mode ``created``: the content of the first message ``run_turn`` sent
+    #: (:func:`content_key`), and the Turn of the first user Item streamed with that
+    #: content since, which is the Turn the input started or joined. The first Turn
+    #: created is not: another client's input may start (and end) one first.
+    input_key: ContentKey = ()
     created_turn: str | None = None
 
     @property
@@ -396,6 +416,9 @@ class RunnerCore:
         self.unreachable_timeout = unreachable_timeout
         self.calls: dict[CallKey, Call] = {}
         self.serves: dict[int, Serve] = {}
+        #: Serves out of time, in their grace: they follow nothing, but their reports
+        #: still count what becomes of their Session's calls (until detached again).
+        self._in_grace: dict[int, Serve] = {}
         self._serves_by_session: dict[str, dict[int, Serve]] = {}
         self._sessions: dict[str, _SessionView] = {}
         self._last_serve_id = 0
@@ -421,6 +444,14 @@ class RunnerCore:
         self._marks_failed = False
         self._renew_at: float | None = None
         self._renewing = False
+        self._renew_sent_at = float("-inf")
+        #: Renewals asked for to confirm a claim before its function starts wait until
+        #: then after a failed renewal (the store may be down).
+        self._renew_retry_at = float("-inf")
+        self._renew_failures = 0
+        #: Calls keeping a concurrency slot without running (``_SLOT_PHASES``): with
+        #: the running ones, never more than ``max_concurrency``.
+        self._reserved: dict[CallKey, Call] = {}
         self._store_failures = 0
         self._store_retry_at = float("-inf")  # monotonic clocks may start anywhere
 
@@ -438,9 +469,20 @@ class RunnerCore:
             self._want_read(view, now)
         return serve
 
-    def detach(self, serve: Serve, now: float) -> None:
+    def detach(self, serve: Serve, now: float, *, grace: bool = False) -> None:
         """The serve ended, however it ended. Running functions go on and their results
-        are saved and posted in the background; claims nobody will run are released."""
+        are saved and posted in the background; claims nobody will run are released.
+
+        With ``grace`` (the serve ran out of time and waits for what it started to
+        settle), its report still counts what happens to the Session's calls until the
+        serve is detached again.
+        """
+        if grace:
+            self._in_grace[serve.id] = serve
+        else:
+            self._in_grace.pop(serve.id, None)
+        if self._marks:
+            self._marks_due = min(self._marks_due, now)  # nobody may wait to batch more
         was_attached = self.serves.pop(serve.id, None) is not None
         attached = self._serves_by_session.get(serve.session_id, {})
         attached.pop(serve.id, None)
@@ -478,21 +520,20 @@ class RunnerCore:
                         call.cancelled = True
                         self._effects.append(CancelFunction(call.key))
 
-    def expect_turn(self, serve: Serve, reconnects: int) -> bool:
-        """``run_turn`` is about to send its input; ``reconnects`` is the count now.
+    def expect_turn(self, serve: Serve, reconnects: int, input_key: ContentKey) -> bool:
+        """``run_turn`` is about to send its input, whose first message has the content
+        ``input_key``; ``reconnects`` is the count now.
 
-        Whether the stream can name the Turn the input lands in, saving a request: it
-        can when the Session is idle (or failed) as far as this runner knows and no Turn
-        the stream showed created is still open, for then the input starts a Turn and
-        the first Turn created from now on is it (a Turn someone else started meanwhile
-        is one the input joins). The serve then waits (mode ``created``) for that Turn,
-        or for a reconnect, after which the caller lists the Turns instead.
+        Whether the stream can name the Turn the input lands in, saving a request: the
+        input's first message becomes a user Item of that Turn (the one it started, or
+        the running one it joined), streamed as ``item.added``. The serve then waits
+        (mode ``created``) for that Item, or for a reconnect, after which the caller
+        looks the Item up in the Session's history instead.
         """
-        open_turn = any(turn not in serve.ends_by_turn for turn in serve.turns_created)
-        view = self._view(serve.session_id)
         serve.reconnects_at_turn_start = reconnects
         serve.created_turn = None
-        if serve.connected and view.status in _TERMINAL_STATUSES and not open_turn:
+        serve.input_key = input_key
+        if serve.connected:
             serve.until = "created"
         return serve.until == "created"
 
@@ -539,6 +580,14 @@ class RunnerCore:
             for key, seen in view.refused.items()
             if key.turn_id == serve.target_turn and key in view.pending and view.snapshots > seen
         ]
+
+    def settling(self, session_id: str | None = None) -> bool:
+        """Whether calls (of one Session, or any) still need this runner, counting the
+        progress marks of results already posted: a serve out of time or a runner
+        closing waits for these too, so the store is final when it returns."""
+        if session_id is None:
+            return self.busy() or bool(self._marks) or self._marks_writing
+        return self.busy(session_id) or self._marks_outstanding(session_id)
 
     def busy(self, session_id: str | None = None) -> bool:
         """Whether calls (of one Session, or any) still need this runner."""
@@ -601,6 +650,13 @@ class RunnerCore:
             item = event.item
             if isinstance(item, FunctionCallOutputItem):
                 self._on_output(CallKey(serve.session_id, item.turn_id, item.call_id), now)
+            elif isinstance(item, MessageItem) and item.role == "user":
+                if (
+                    serve.until == "created"
+                    and serve.created_turn is None
+                    and content_key(item.content) == serve.input_key
+                ):
+                    serve.created_turn = item.turn_id or event.turn_id
             elif (
                 isinstance(item, MessageItem)
                 and isinstance(event, ItemDoneEvent)
@@ -622,13 +678,6 @@ class RunnerCore:
                 serve.ends_by_turn[event.turn_id] = status
             if event.turn_id == serve.target_turn:
                 serve.target_turn_status = status
-            return
-        if isinstance(event, TurnCreatedEvent) and serve.until in _TURN_MODES:
-            if event.turn is not None and event.turn.subagent_id is not None:
-                return  # a subagent's Turn, inside the root Turn
-            serve.turns_created.append(event.turn_id)
-            if serve.until == "created" and serve.created_turn is None:
-                serve.created_turn = event.turn_id
 
     def _cancel_turn(self, session_id: str, turn_id: str, now: float) -> None:
         """The Turn was cancelled: its running functions are asked to stop, and its
@@ -646,6 +695,8 @@ class RunnerCore:
                 self._effects.append(CancelFunction(call.key))
             elif call.phase is Phase.QUEUED:
                 self._give_back(call, now)
+            elif call.phase is Phase.WAITING:
+                self._done(call, "released")  # never claimed: nothing to give back
 
     def on_session_read(self, answer: SessionOutcome, now: float) -> None:
         view = self._view(answer.session_id)
@@ -867,8 +918,37 @@ class RunnerCore:
         if function is None and self.unknown_functions == "leave":
             self._emit(call, Lookup(call.key), now)
             return
-        self._move(call, Phase.CLAIMING)
-        self._emit(call, self._claim_effect(call), now)
+        if function is None:  # unknown_functions="fail": claimed to answer, never run
+            self._move(call, Phase.CLAIMING)
+            self._emit(call, self._claim_effect(call), now)
+            return
+        self._wait_for_slot(call, self._claim_effect(call), now)
+
+    def _wait_for_slot(self, call: Call, claim: ClaimCall | TakeOver, now: float) -> None:
+        """Claim (or take over) ``call`` once a concurrency slot is free, not before."""
+        call.claim = claim
+        self._enter(call, Phase.WAITING, now)
+
+    def _claim_waiting(self, now: float) -> None:
+        """Send the claims of waiting calls, oldest first, while slots are free."""
+        for call in list(self._watch.values()):
+            if self._running + len(self._reserved) >= self.max_concurrency:
+                return
+            if call.phase is not Phase.WAITING or not self._slot_free(call):
+                continue
+            claim, call.claim = call.claim, None
+            assert claim is not None
+            self._move(call, Phase.CLAIMING if isinstance(claim, ClaimCall) else Phase.TAKING_OVER)
+            self._emit(call, claim, now)
+
+    def _slot_free(self, call: Call) -> bool:
+        """Whether ``call``'s function is under its own ``max_concurrency``."""
+        assert call.function is not None
+        limit = call.function.max_concurrency
+        if limit is None:
+            return True
+        kept = sum(1 for other in self._reserved.values() if other.name == call.name)
+        return self._running_by_name[call.name] + kept < limit
 
     def _claim_effect(self, call: Call) -> ClaimCall:
         return ClaimCall(
@@ -914,7 +994,7 @@ class RunnerCore:
         elif isinstance(effect, TakeOver):
             assert isinstance(value, Claim)
             if value.won or self._ours_unconfirmed(call, value.record):
-                self._hold(call, value.record, now)
+                self._hold(call, value.record, now, won=value.won)
             else:
                 self._decide_existing(call, value.record, value.stale, now)
         elif isinstance(effect, MarkInDoubt):
@@ -930,7 +1010,7 @@ class RunnerCore:
 
     def _on_claim(self, call: Call, claim: Claim, now: float) -> None:
         if claim.won or self._ours_unconfirmed(call, claim.record):
-            self._hold(call, claim.record, now)
+            self._hold(call, claim.record, now, won=claim.won)
             return
         self._decide_existing(call, claim.record, claim.stale, now)
 
@@ -945,9 +1025,12 @@ class RunnerCore:
             and not record.has_result()
         )
 
-    def _hold(self, call: Call, record: CallRecord, now: float) -> None:
+    def _hold(self, call: Call, record: CallRecord, now: float, *, won: bool) -> None:
+        """The claim is ours. Its lease counts from when the claim was sent; a claim of
+        ours found committed earlier (``won`` false) holds a lease of unknown age."""
         self._unconfirmed.pop(call.key, None)
         call.lease_held = True
+        call.lease_until = call.claim_sent_at + self.lease_seconds if won else float("-inf")
         call.attempts = record.attempts
         if call.function is None:
             # unknown_functions="fail": the claim is ours; answer with a failure.
@@ -988,8 +1071,7 @@ class RunnerCore:
                 call.name,
                 call.key.session_id,
             )
-            self._move(call, Phase.TAKING_OVER)
-            self._emit(
+            self._wait_for_slot(
                 call, TakeOver(call.key, self.owner, self.lease_seconds, record.attempts), now
             )
         elif record.state is CallState.IN_DOUBT:
@@ -1010,8 +1092,7 @@ class RunnerCore:
             if call.function is None:
                 self._leave_unknown(call, None, False)
             else:  # re-checking a call whose record vanished: claim it afresh
-                self._move(call, Phase.CLAIMING)
-                self._emit(call, self._claim_effect(call), now)
+                self._wait_for_slot(call, self._claim_effect(call), now)
             return
         self._decide_existing(call, record, found.stale, now)
 
@@ -1085,8 +1166,9 @@ class RunnerCore:
             answer.kind,
         )
         if answer.kind == "rerun":
-            self._move(call, Phase.TAKING_OVER)
-            self._emit(call, TakeOver(call.key, self.owner, self.lease_seconds, attempts), now)
+            self._wait_for_slot(
+                call, TakeOver(call.key, self.owner, self.lease_seconds, attempts), now
+            )
             return
         event: dict[str, Any]
         if answer.kind == "result":
@@ -1106,13 +1188,15 @@ class RunnerCore:
     # -- running -----------------------------------------------------------------------------
 
     def _start_queued(self, now: float) -> None:
+        """Start the claimed calls (each keeps a slot) whose lease is surely still
+        theirs; the others are confirmed by a renewal first."""
         for call in list(self._watch.values()):
-            if self._running >= self.max_concurrency:
-                return
             if call.phase is not Phase.QUEUED or call.function is None:
                 continue
-            limit = call.function.max_concurrency
-            if limit is not None and self._running_by_name[call.name] >= limit:
+            if call.lease_until - now < self.lease_seconds * START_LEASE_SHARE:
+                due = max(now, self._renew_retry_at)
+                if self._renew_at is None or self._renew_at > due:
+                    self._renew_at = due
                 continue
             self._move(call, Phase.RUNNING)
             self._running += 1
@@ -1195,7 +1279,9 @@ class RunnerCore:
         for call in self._calls_of(session_id):
             if call.phase is Phase.QUEUED:
                 self._give_back(call, now)
-            elif call.phase in _NOT_STARTED and call.retry is not None:
+            elif call.phase is Phase.WAITING or (
+                call.phase in _NOT_STARTED and call.retry is not None
+            ):
                 self._done(call, "abandoned_by_serve")
 
     def _give_back(self, call: Call, now: float) -> None:
@@ -1404,6 +1490,10 @@ class RunnerCore:
             return
         if not self._marks:
             self._marks_due = now + MARK_DELAY
+        if not self._serves_of(key.session_id):
+            # Nobody serves the Session any more (its serve ran out of time, or ended
+            # while this call finished): no more results to batch with, write at once.
+            self._marks_due = min(self._marks_due, now)
         self._marks[key] = to  # a later mark (applied) supersedes an earlier one
         self._marks_failed = False
 
@@ -1440,12 +1530,31 @@ class RunnerCore:
         self._renewing = False
         self._renew_at = now + self.lease_seconds / 3
         if answer.error is not None:
+            delay = STORE_RETRY_DELAY * 2 ** min(self._renew_failures, 16)
+            self._renew_failures += 1
+            self._renew_retry_at = now + min(STORE_RETRY_MAX_DELAY, delay)
             logger.warning("Could not renew leases, retrying next round: %s", answer.error)
             return
+        self._renew_failures = 0
+        self._renew_retry_at = float("-inf")
+        assert isinstance(answer.effect, RenewLeases)
         lost = answer.value if isinstance(answer.value, tuple) else ()
-        for key in lost:
+        for key in answer.effect.keys:
             call = self.calls.get(key)
-            if call is not None and call.lease_held:
+            if call is None or not call.lease_held:
+                continue
+            if key not in lost:
+                call.lease_until = max(call.lease_until, self._renew_sent_at + self.lease_seconds)
+            elif call.phase is Phase.QUEUED:
+                # Another worker may have taken it, or answered it "outcome unknown":
+                # its function must not start here. A later read decides it afresh.
+                logger.warning(
+                    "Lost the claim on call %s before its function started; not starting it",
+                    key.call_id,
+                )
+                call.lease_held = False
+                self._forget(call)
+            else:
                 logger.warning("Lost the lease on call %s; another worker may take it", key.call_id)
 
     def _on_store_error(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
@@ -1519,8 +1628,11 @@ class RunnerCore:
         for call in list(self._watch.values()):
             if call.retry is not None and call.not_before <= now:
                 effect, call.retry = call.retry, None
+                if isinstance(effect, (ClaimCall, TakeOver)):
+                    call.claim_sent_at = now
                 self._effects.append(effect)
         self._time_out(now)
+        self._claim_waiting(now)
         self._start_queued(now)
         self._take_batches(now)
         for session_id, serves in self._serves_by_session.items():
@@ -1544,6 +1656,7 @@ class RunnerCore:
             held = tuple(c.key for c in self.calls.values() if c.lease_held)
             if held:
                 self._renewing = True
+                self._renew_sent_at = now
                 self._effects.append(RenewLeases(held, self.owner, self.lease_seconds))
             else:
                 self._renew_at = None
@@ -1618,6 +1731,8 @@ class RunnerCore:
             call.not_before = self._store_retry_at
             self._watch[call.key] = call
         else:
+            if isinstance(effect, (ClaimCall, TakeOver)):
+                call.claim_sent_at = now
             self._effects.append(effect)
 
     def _done(self, call: Call, outcome: str) -> None:
@@ -1630,9 +1745,14 @@ class RunnerCore:
 
     def _move(self, call: Call, phase: Phase) -> None:
         """Every phase change goes through here, along the table of legal moves (so a
-        move nobody reasoned about fails loudly), and so ``busy`` needs no scan."""
+        move nobody reasoned about fails loudly), and so ``busy`` and the kept
+        concurrency slots need no scan."""
         check_move(call.phase, phase, call.key.call_id)
         call.phase = phase
+        if phase in _SLOT_PHASES and call.function is not None and self.calls.get(call.key) is call:
+            self._reserved[call.key] = call
+        elif self._reserved.get(call.key) is call:
+            del self._reserved[call.key]
         view = self._sessions.get(call.key.session_id)
         if view is None or view.calls.get(call.key) is not call:
             return  # forgotten: a late answer moves it, but nobody waits on it
@@ -1642,6 +1762,8 @@ class RunnerCore:
             view.unsettled.add(call.key)
 
     def _forget(self, call: Call) -> None:
+        if self._reserved.get(call.key) is call:
+            del self._reserved[call.key]
         self.calls.pop(call.key, None)
         self._watch.pop(call.key, None)
         view = self._view(call.key.session_id)
@@ -1660,12 +1782,17 @@ class RunnerCore:
     def _calls_of(self, session_id: str) -> list[Call]:
         return list(self._view(session_id).calls.values())
 
+    def _reporting(self, session_id: str) -> list[Serve]:
+        """The serves whose reports count what happens to the Session's calls."""
+        in_grace = [serve for serve in self._in_grace.values() if serve.session_id == session_id]
+        return self._serves_of(session_id) + in_grace
+
     def _count(self, session_id: str, name: str, amount: int = 1) -> None:
-        for serve in self._serves_of(session_id):
+        for serve in self._reporting(session_id):
             setattr(serve.report, name, getattr(serve.report, name) + amount)
 
     def _report_key(self, session_id: str, name: str, key: CallKey) -> None:
-        for serve in self._serves_of(session_id):
+        for serve in self._reporting(session_id):
             keys: list[CallKey] = getattr(serve.report, name)
             if key not in keys:
                 keys.append(key)
@@ -1734,6 +1861,19 @@ def _turn_over(view: _SessionView, turn_id: str) -> bool:
     return turn_id in view.cancelled_turns or turn_id in view.ended_turns
 
 
+def content_key(parts: Iterable[object]) -> ContentKey:
+    """The content of a message as sent (``UserMessage.content``) or as stored (a user
+    Item's ``content``), in a form the two compare equal by."""
+    key: list[tuple[str, str]] = []
+    for part in parts:
+        kind = str(getattr(part, "type", ""))
+        value = getattr(part, "text", None)
+        if value is None:
+            value = getattr(part, "image_url", "")
+        key.append((kind, str(value)))
+    return tuple(key)
+
+
 def _sendable(key: CallKey) -> bool:
     """Whether a result naming ``key`` can be sent: JSON goes out as UTF-8."""
     try:
@@ -1747,14 +1887,14 @@ def heeds(event: SessionEvent) -> bool:
     """Whether :meth:`RunnerCore.on_event` may act on ``event``. Drivers hand the core
     only these: text deltas, content parts, a Turn starting, a call whose arguments are
     still streaming change nothing, and a round for each would cost as much as a call's."""
-    if isinstance(event, (SessionSnapshotEvent, TerminalTurnEvent, TurnCreatedEvent)):
+    if isinstance(event, (SessionSnapshotEvent, TerminalTurnEvent)):
         return True
     if isinstance(event, (ItemAddedEvent, ItemDoneEvent)):
         item = event.item
         if isinstance(item, FunctionCallItem):
             return _is_complete_call(event, item)
         if isinstance(item, MessageItem):
-            return isinstance(event, ItemDoneEvent)
+            return isinstance(event, ItemDoneEvent) or item.role == "user"
         return isinstance(item, FunctionCallOutputItem)
     return False
 

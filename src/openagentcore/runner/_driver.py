@@ -70,7 +70,9 @@ class Driver(AsyncServing, abc.ABC):
         the store. A serve not ended by then raises ``RunnerError``."""
         if self._round is not None:
             self.stop()
-            await self._until(lambda: self._core.busy() or bool(self._core.serves), self._grace())
+            await self._until(
+                lambda: self._core.settling() or bool(self._core.serves), self._grace()
+            )
         if self._core.busy():
             logger.warning("Closing with calls still in progress; a restarted runner settles them")
         self._closing = True
@@ -148,9 +150,9 @@ class Driver(AsyncServing, abc.ABC):
             return
         # Out of time: give back claims nobody will run, let running calls finish and
         # post within the grace, then report.
-        self._core.detach(serve, self._now())
+        self._core.detach(serve, self._now(), grace=True)
         self._wake()
-        await self._until(lambda: self._core.busy(serve.session_id), self._grace())
+        await self._until(lambda: self._core.settling(serve.session_id), self._grace())
         raise ServeTimeout(f"Session {serve.session_id} was not settled in time", serve.report)
 
     # -- the pump -----------------------------------------------------------------------------

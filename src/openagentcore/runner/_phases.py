@@ -28,7 +28,13 @@ class Phase(str, enum.Enum):
     DECIDING = "deciding"
     #: Re-claiming a call in doubt to run it again.
     TAKING_OVER = "taking_over"
-    #: Claimed (lease held), waiting for a free concurrency slot.
+    #: To be claimed (or taken over) once a concurrency slot is free. Nothing is
+    #: written for it yet: a claim never waits behind ``max_concurrency``, so a record
+    #: ``started`` means its function starts at once (another worker judging it stale
+    #: is right to say it may have run).
+    WAITING = "waiting"
+    #: Claimed (lease held) with a slot kept for it; starts once the lease is confirmed
+    #: to be ours for long enough (``START_LEASE_SHARE``).
     QUEUED = "queued"
     #: The function runs (lease held).
     RUNNING = "running"
@@ -56,38 +62,46 @@ _P = Phase
 #: Every move the core makes, and why. Kept in the order the diagram draws them.
 MOVES: Mapping[tuple[Phase, Phase], str] = {
     # A call is announced; the store decides who runs it.
-    (_P.LOOKING, _P.CLAIMING): "announced, its function served here: claim it",
+    (_P.LOOKING, _P.WAITING): "its function is served here: it waits for a slot",
+    (_P.LOOKING, _P.CLAIMING): "its record vanished: claim it afresh",
     (_P.LOOKING, _P.READY): "a saved result exists (resubmit)",
     (_P.LOOKING, _P.SAVING): "settled by a person, or answered by the in-doubt policy",
     (_P.LOOKING, _P.DECIDING): "in doubt: on_in_doubt decides",
     (_P.LOOKING, _P.TAKING_OVER): "in doubt, may run again (idempotent or cleared by hand)",
     (_P.LOOKING, _P.DONE): "left to another worker, or already applied",
+    (_P.WAITING, _P.CLAIMING): "a concurrency slot is free: claim it",
+    (_P.WAITING, _P.TAKING_OVER): "a concurrency slot is free: take it over",
+    (_P.WAITING, _P.DONE): "its Turn is over, or its serve ended, before a slot was free",
     (_P.CLAIMING, _P.QUEUED): "claim won (lease held)",
     (_P.CLAIMING, _P.READY): "a saved result exists (resubmit)",
     (_P.CLAIMING, _P.MARKING_IN_DOUBT): "started, no result, owner gone",
     (_P.CLAIMING, _P.DECIDING): "already in doubt: on_in_doubt decides",
+    (_P.CLAIMING, _P.WAITING): "already in doubt, may run again: waits for a slot",
     (_P.CLAIMING, _P.TAKING_OVER): "already in doubt, may run again",
     (_P.CLAIMING, _P.SAVING): "already in doubt: the policy's failure; or refused by the store",
     (_P.CLAIMING, _P.RELEASING): "its Turn ended while the claim was in flight",
     (_P.CLAIMING, _P.DONE): "applied, abandoned or rejected; or held by a live worker",
     # A call in doubt: exactly one worker decides (compare-and-set).
+    (_P.MARKING_IN_DOUBT, _P.WAITING): "idempotent, attempts below max_attempts",
     (_P.MARKING_IN_DOUBT, _P.TAKING_OVER): "idempotent, attempts below max_attempts",
     (_P.MARKING_IN_DOUBT, _P.DECIDING): "on_in_doubt hook",
     (_P.MARKING_IN_DOUBT, _P.SAVING): 'default: failed, "outcome unknown"',
     (_P.MARKING_IN_DOUBT, _P.LOOKING): "another worker moved it first: read it again",
     (_P.DECIDING, _P.SAVING): "fail / result / rerun past max_attempts",
+    (_P.DECIDING, _P.WAITING): "rerun, attempts below max_attempts: waits for a slot",
     (_P.DECIDING, _P.TAKING_OVER): "rerun, attempts below max_attempts",
     (_P.TAKING_OVER, _P.QUEUED): "take-over won",
     (_P.TAKING_OVER, _P.READY): "a saved result exists after all (resubmit)",
     (_P.TAKING_OVER, _P.RELEASING): "its Turn ended while the take-over was in flight",
     (_P.TAKING_OVER, _P.DONE): "another worker took it, or it was settled",
     # Running under a lease.
-    (_P.QUEUED, _P.RUNNING): "a concurrency slot is free",
+    (_P.QUEUED, _P.RUNNING): "the lease is surely still held",
     (_P.QUEUED, _P.RELEASING): "its serve ended, or its Turn is over, before it started",
     (_P.RELEASING, _P.DONE): "claim given back, never ran",
     (_P.RUNNING, _P.SAVING): "returned, raised, timed out or cancelled",
     (_P.RUNNING, _P.MARKING_IN_DOUBT): "ended without a result (SystemExit)",
     (_P.SAVING, _P.READY): "saved (the first saved result wins)",
+    (_P.SAVING, _P.WAITING): "the save found it cleared to run again by hand",
     (_P.SAVING, _P.TAKING_OVER): "the save found it cleared to run again by hand",
     # Posting the saved result.
     (_P.READY, _P.POSTING): "in the Session's next batch",

@@ -31,11 +31,13 @@ TOOL_RESULT = "agent.session.input.tool_result"
 #: Sent when a function raised and the application did not opt in to sharing the text:
 #: exception messages can hold secrets, and the model only needs to know it failed.
 INTERNAL_ERROR = "The function failed. Its error details were not shared."
-#: Sent by the default in-doubt policy: the call started earlier but its outcome was
-#: never recorded, so repeating it could repeat its effect.
+#: Sent by the default in-doubt policy: a runner took the call on (its function started,
+#: or was about to) and was interrupted before recording the outcome, so repeating it
+#: could repeat its effect.
 IN_DOUBT_ERROR = (
-    "The outcome of this call is unknown: it started before an interruption and was not "
-    "repeated, to avoid running its effect twice."
+    "The outcome of this call is unknown: its runner was interrupted after taking it on to "
+    "run and before recording its outcome, so it may have run; it was not repeated, to avoid "
+    "running its effect twice."
 )
 
 #: Sent for a call whose function was cancelled (its Turn was cancelled) before it ended.

@@ -15,8 +15,9 @@ from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 from .._client import AsyncClient
+from ..types import MessageItem
 from ._base import RunnerBase, RunnerError, TurnInput, Until, input_event, turn_result
-from ._core import Mode, Serve
+from ._core import ContentKey, Mode, Serve, content_key
 from ._effects import PostOutcome, PostResults, ReadSession, SessionOutcome
 from ._output import check_output_format
 from ._pump import captured
@@ -85,26 +86,24 @@ class AsyncServing(RunnerBase, abc.ABC):
             async with self._reader(serve):
                 await self._wait(serve, deadline, interruptible=False)
                 reconnects = serve.report.reconnects  # before the input is sent
-                named = self._change_serve(serve, lambda: self._core.expect_turn(serve, reconnects))
+                event = input_event(input)
+                key = content_key(event.input[0].content)
+                named = self._change_serve(
+                    serve, lambda: self._core.expect_turn(serve, reconnects, key)
+                )
                 with self._time_left(deadline) as options:
-                    await self.client.sessions.events.create(
-                        session_id, events=[input_event(input)], **options
-                    )
+                    await self.client.sessions.events.create(session_id, events=[event], **options)
                 turn_id, status = None, "queued"
-                if named:  # the stream shows the Turn, with no request
+                if named:  # the stream shows the input's Item, with no request
                     await self._wait(serve, deadline, interruptible=False)
                     turn_id = serve.created_turn
                 if turn_id is None:
-                    # The Turn is created in the same transaction that admits the input.
+                    turn_id = await self._turn_of_input(session_id, key, deadline)
                     with self._time_left(deadline) as options:
-                        latest = await self.client.sessions.turns.list(
-                            session_id, order="desc", limit=1, **options
+                        turn = await self.client.sessions.turns.retrieve(
+                            turn_id, session_id=session_id, **options
                         )
-                    if not latest.data:
-                        raise RunnerError(
-                            f"Session {session_id} admitted the input but shows no Turn"
-                        )
-                    turn_id, status = latest.data[0].id, latest.data[0].status
+                    status = turn.status
                 self._change_serve(
                     serve, lambda: self._core.start_turn(serve, turn_id, status, reconnects)
                 )
@@ -117,6 +116,23 @@ class AsyncServing(RunnerBase, abc.ABC):
                 listed = self.client.sessions.items.list(session_id, order="asc", **options)
                 items = [item async for item in listed]
         return turn_result(serve, items, output_type)
+
+    async def _turn_of_input(self, session_id: str, key: ContentKey, deadline: float | None) -> str:
+        """The Turn of the newest user Item with the content ``run_turn`` sent: its input
+        is admitted with its Items, so the Item names the Turn the input started or
+        joined (the newest Turn may be another client's)."""
+        with self._time_left(deadline) as options:
+            listed = self.client.sessions.items.list(session_id, order="desc", **options)
+            async for item in listed:
+                if (
+                    isinstance(item, MessageItem)
+                    and item.role == "user"
+                    and content_key(item.content) == key
+                ):
+                    return item.turn_id
+        raise RunnerError(
+            f"Session {session_id} admitted the input but its history shows no Item of it"
+        )
 
     async def recover(self, session_id: str, *, timeout: float | None = None) -> ServeReport:
         """One reconciliation pass: resubmit saved results, settle calls in doubt, run

@@ -100,7 +100,7 @@ class FunctionRunner(Serving):
         deadline = self._now() + self.shutdown_grace
         with self._lock:
             self._waiting_for_idle += 1
-            while self._pump_thread is not None and (self._core.busy() or self._core.serves):
+            while self._pump_thread is not None and (self._core.settling() or self._core.serves):
                 left = deadline - self._now()
                 if left <= 0:
                     break
@@ -206,12 +206,12 @@ class FunctionRunner(Serving):
                 return
             # Out of time: give back claims nobody will run, let running calls finish
             # and post within the grace, then report.
-            self._core.detach(serve, self._now())
+            self._core.detach(serve, self._now(), grace=True)
             self._inbox.put(pump.Wake())
             grace_end = self._now() + self.shutdown_grace
             self._waiting_for_idle += 1
             try:
-                while self._core.busy(serve.session_id) and self._now() < grace_end:
+                while self._core.settling(serve.session_id) and self._now() < grace_end:
                     self._changed.wait(_bounded(grace_end - self._now()))
             finally:
                 self._waiting_for_idle -= 1
