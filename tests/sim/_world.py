@@ -30,7 +30,7 @@ from typing import Any
 
 from openagentcore import APIError, resolve_call
 from openagentcore.runner import ServeReport, ServeTimeout
-from openagentcore.runner._core import RunnerError
+from openagentcore.runner._core import Phase, RunnerError
 from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
 from openagentcore.store import (
     CallKey,
@@ -274,8 +274,10 @@ class World:
         return STORE_EPOCH + self.now
 
     def _check_leases(self) -> None:
-        """A lease held by a live worker whose store works never lapses: the loop renews
-        it in time, whatever else (hooks, functions) keeps its threads busy."""
+        """The lease of a call whose function runs (or whose result is being saved) on a
+        live worker whose store works never lapses: the loop renews it in time, whatever
+        else (hooks, functions) keeps its threads busy. A claim acknowledged late may
+        have lapsed, but its function does not start until a renewal confirms it."""
         if not self.chaos:
             return
         now = self.store_now()
@@ -293,6 +295,7 @@ class World:
                     and expires < now
                     and call is not None
                     and call.lease_held
+                    and call.phase in (Phase.RUNNING, Phase.SAVING)
                     and troubled < self.now - LEASE_SECONDS * 1.5
                 ):
                     raise Violation(
