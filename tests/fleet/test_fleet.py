@@ -112,9 +112,10 @@ class Fleet:
         self.workers.remove(worker)
         self.killed.append(worker)
 
-    def wait_for_first_effect(self, deadline: float) -> None:
+    def wait_for_first_effect(self) -> None:
+        """Wait until some worker ran a function; every worker ending first fails."""
         while not self.effects():
-            assert time.monotonic() < deadline, "no worker ran a function"
+            assert any(w.poll() is None for w in self.workers), "no worker ran a function"
             time.sleep(0.05)
 
     def effects(self) -> list[dict[str, Any]]:
@@ -125,25 +126,23 @@ class Fleet:
     def all_idle(self) -> bool:
         return all(self.client.sessions.retrieve(s).status == "idle" for s in self.session_ids)
 
-    def wait_until_idle(self, deadline: float) -> list[dict[str, Any]]:
-        """Wait for every Session to be idle, then for every live worker to exit cleanly;
-        returns the workers' summaries. A worker that fails fails the test."""
-        while not self.all_idle():
-            assert time.monotonic() < deadline, "the Sessions were not settled in time"
-            for worker in self.workers:
-                assert worker.poll() in (None, 0), self.logs[worker.pid].read_text()
-            time.sleep(0.1)
+    def wait_until_settled(self) -> list[dict[str, Any]]:
+        """Wait for every live worker to exit cleanly, which each does once every
+        Session is idle; returns the workers' summaries. A worker that fails fails the
+        test. No clock: on a loaded machine settling takes what it takes, and the
+        test's timeout ends a fleet that never settles."""
         summaries = []
         for worker in self.workers:
-            stdout, _ = worker.communicate(timeout=30)
+            stdout, _ = worker.communicate()
             assert worker.returncode == 0, self.logs[worker.pid].read_text()
             summary = json.loads(stdout.strip().splitlines()[-1])
             assert summary["not_idle"] == [], summary
             summaries.append(summary)
+        assert self.all_idle()
         return summaries
 
     def run_with_kills(
-        self, *, workers: int, kills: int, seed: int, gap: tuple[float, float], settle: float
+        self, *, workers: int, kills: int, seed: int, gap: tuple[float, float]
     ) -> int:
         """Start ``workers``; once calls run, every ``gap`` seconds (random) SIGKILL the
         worker that started a function last and start a replacement, up to ``kills``
@@ -151,8 +150,7 @@ class Fleet:
         chance = random.Random(seed)
         for _ in range(workers):
             self.start_worker()
-        deadline = time.monotonic() + settle
-        self.wait_for_first_effect(deadline)
+        self.wait_for_first_effect()
         landed = 0
         while landed < kills and not self.all_idle():
             time.sleep(chance.uniform(*gap))
@@ -160,7 +158,7 @@ class Fleet:
             self.kill(victim or chance.choice(self.workers))
             landed += 1
             self.start_worker()
-        self.wait_until_idle(deadline)
+        self.wait_until_settled()
         return landed
 
     def _worker_inside_a_call(self, wait: float = 1.0) -> subprocess.Popen[str] | None:
@@ -281,7 +279,7 @@ def make_fleet(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
         for worker in fleet.workers:
             if worker.poll() is None:
                 worker.kill()
-            worker.communicate()
+            worker.wait()  # killed, or already read by wait_until_settled
         fleet.client.close()
         fleet.core.stop()
 
@@ -315,7 +313,7 @@ def test_postgres_fleet_of_four_survives_random_kills(
         open_store=lambda: PostgresResultStore(dsn, schema=schema, table=table, pool_size=1),
     )
 
-    kills = fleet.run_with_kills(workers=4, kills=6, seed=6, gap=(0.3, 0.7), settle=60)
+    kills = fleet.run_with_kills(workers=4, kills=6, seed=6, gap=(0.3, 0.7))
 
     outcome = fleet.check_invariants()
     assert outcome.calls == 20 * 6 * len(ROUND)
@@ -334,7 +332,7 @@ def test_sqlite_fleet_on_one_file_survives_random_kills(
         open_store=lambda: SQLiteResultStore(database),
     )
 
-    kills = fleet.run_with_kills(workers=3, kills=3, seed=3, gap=(0.3, 0.6), settle=60)
+    kills = fleet.run_with_kills(workers=3, kills=3, seed=3, gap=(0.3, 0.6))
 
     outcome = fleet.check_invariants()
     assert outcome.calls == 8 * 3 * len(ROUND)
@@ -390,7 +388,7 @@ def dropping_fleet(
     fleet.worker_env[fleet_worker.POSTGRES_DSN_ENV] = f"{dsn}{separator}application_name={schema}"
     for _ in range(3):
         fleet.start_worker()
-    fleet.wait_for_first_effect(time.monotonic() + 30)
+    fleet.wait_for_first_effect()
     return fleet, lambda: drop_connections_mid_transaction(dsn, f'"{schema}"."{table}"', schema)
 
 
@@ -401,7 +399,7 @@ def test_postgres_fleet_rides_out_dropped_connections_without_restarts(
     fleet, drop_connections = dropping_fleet
 
     assert drop_connections() >= 1
-    summaries = fleet.wait_until_idle(time.monotonic() + 30)
+    summaries = fleet.wait_until_settled()
 
     outcome = fleet.check_invariants()
     assert outcome.calls == 10 * 3 * len(ROUND)

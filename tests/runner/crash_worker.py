@@ -14,7 +14,10 @@ Kill windows, each at the first call of ``FUNCTION`` that reaches it:
 - ``effect``: inside the function, right after its effect (started, no result saved);
 - ``saved``: right after its result is saved (completed, not yet posted);
 - ``submitted``: right after the server accepted its result (202), before the runner
-  writes that down (progress marks are written in batches).
+  writes that down (progress marks are written in batches) and before any later call
+  is claimed: the server sends the next call as soon as it accepts a result, and its
+  claim could otherwise land before the runner hears the 202, leaving that call in
+  doubt too. Once the victim's result is saved, later claims wait for the kill.
 
 Before killing itself it writes what it hit to ``WORKDIR/victim.json``. ``--kill-after``
 kills at a random instant instead. A run that ends normally prints its ServeReport as
@@ -61,12 +64,24 @@ class Killer:
         self.workdir = workdir
         self.window = window
         self.function = function
+        #: Set when the ``submitted`` victim's result is saved: from then on, claims
+        #: wait for the kill, so the kill point does not depend on thread timing.
+        self.victim_saved = threading.Event()
 
     def reached(self, window: str, function: str, **victim: str) -> None:
         if window == self.window and function == self.function:
             record = {"window": window, "function": function, **victim}
             (self.workdir / "victim.json").write_text(json.dumps(record))
             os.kill(os.getpid(), signal.SIGKILL)
+        if window == "saved" and self.window == "submitted" and function == self.function:
+            self.victim_saved.set()
+
+    def before_claim(self, function: str, **victim: str) -> None:
+        self.reached("claim", function, **victim)
+        if self.victim_saved.is_set():
+            # Never set back: this store thread sleeps until the victim's 202 kills
+            # the process (or the test's timeout ends the worker, if it never comes).
+            threading.Event().wait()
 
 
 class KillingStore:
@@ -85,7 +100,7 @@ class KillingStore:
         owner: str,
         lease_seconds: float,
     ) -> Claim:
-        self.killer.reached("claim", function_name, call_id=key.call_id)
+        self.killer.before_claim(function_name, call_id=key.call_id)
         return self.inner.claim(
             key,
             function_name=function_name,

@@ -257,8 +257,10 @@ def test_killed_after_submitting_neither_reruns_nor_loses_the_call(
 ) -> None:
     rig = make_rig(*SEQUENTIAL)
     victim = rig.killed_worker("--kill", "submitted:charge", "--runner", killed)
-    # The server has the result; the store does not know yet (marks are written later).
+    # The server has the result; the store does not know yet (marks are written later),
+    # and the next call was not claimed yet.
     assert rig.records()[victim["call_id"]].state is CallState.COMPLETED
+    assert list(rig.records()) == [victim["call_id"]]
 
     report = rig.finishing_worker("--runner", restarted)
 
