@@ -8,11 +8,19 @@ fails on a fixed list of seeds that pass on the unmutated code, and "survives" o
     python scripts/mutation.py --every 3                # a deterministic sample: every 3rd mutant
     python scripts/mutation.py --only '*_rules*'        # these mutants again (fnmatch on names)
     python scripts/mutation.py --summary                # print the summary of the last run
+    python scripts/mutation.py --pick-seeds 20          # rewrite the seed list (see below)
 
 Run it from the repository's root with the dev dependencies installed (mutmut>=3.8, which
 brings coverage). Everything it writes is under ``.mutation/`` (ignored by git); results
 are kept per mutant in ``.mutation/results.jsonl``, so a run that is cut short resumes where
 it stopped (``--fresh`` starts over).
+
+The seed list (tests/sim/mutation_seeds.txt) is chosen by ``--pick-seeds N``: among the
+first ``--candidates`` seeds, those that pass on the unmutated code, greedily, each adding
+the most branches (arcs between lines) of the mutated files not taken by the seeds
+before it (coverage.py), until no seed adds one; then the lowest other passing seeds,
+up to N. Seeds that take every branch kill more mutants than as many seeds that
+repeat each other; the others vary the values that flow through those branches.
 
 1. setup: copy ``src/`` to ``.mutation/src`` and rewrite the files of ``MUTATED`` with
    mutmut's generator: each function becomes a trampoline that calls its original or one
@@ -76,8 +84,13 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None, help="fnmatch patterns of names")
     parser.add_argument("--fresh", action="store_true", help="forget earlier results")
     parser.add_argument("--summary", action="store_true", help="only print the summary")
+    parser.add_argument("--pick-seeds", type=int, default=None, help="choose N seeds; see above")
+    parser.add_argument("--candidates", type=int, default=300)
     args = parser.parse_args()
     os.chdir(ROOT)
+    if args.pick_seeds is not None:
+        _pick_seeds(args.pick_seeds, args.candidates, args.seed_list)
+        return 0
     if args.summary:
         _summary(_load_mutants(), args)
         return 0
@@ -88,6 +101,50 @@ def main() -> int:
     _run(mutants, baseline, args)
     _summary(mutants, args)
     return 0
+
+
+def _pick_seeds(count: int, candidates: int, out: Path) -> None:
+    """Write the seeds that reach most of the mutated files' lines, in few seeds."""
+    import coverage
+
+    sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+    from tests.sim._soak import check_seed
+
+    reach: dict[int, set[tuple[str, int, int]]] = {}
+    failing = []
+    for seed in range(candidates):
+        cov = coverage.Coverage(
+            data_file=None, branch=True, include=[str(ROOT / p) for p in MUTATED]
+        )
+        cov.start()
+        _, error, _ = check_seed(seed)
+        cov.stop()
+        if error is not None:
+            failing.append(seed)
+            continue
+        data = cov.get_data()
+        reach[seed] = {(f, *arc) for f in data.measured_files() for arc in data.arcs(f) or ()}
+    chosen: list[int] = []
+    reached: set[tuple[str, int, int]] = set()
+    while len(chosen) < count and reach:
+        best = max(reach, key=lambda seed: (len(reach[seed] - reached), -seed))
+        if not reach[best] - reached:
+            break
+        chosen.append(best)
+        reached |= reach.pop(best)
+    covering = len(chosen)
+    everything = set().union(reached, *reach.values())
+    chosen += sorted(reach)[: count - covering]
+    out.write_text(
+        "# Seeds for scripts/mutation.py, chosen by `python scripts/mutation.py --pick-seeds "
+        f"{count} --candidates {candidates}`:\n# greedily, each taking the most branches of the "
+        "mutated files not yet taken, among the\n# seeds that pass on the unmutated code, "
+        f"then the lowest others. The first {covering} take {len(reached)}\n# branches; all "
+        f"{len(reach) + covering} passing candidates together take {len(everything)}. "
+        "Failing candidates left out: "
+        f"{' '.join(map(str, failing)) or 'none'}.\n" + " ".join(map(str, sorted(chosen))) + "\n"
+    )
+    print(out.read_text())
 
 
 def _setup() -> list[Mutant]:
@@ -188,7 +245,9 @@ def _baseline(seed_list: Path) -> dict[str, object]:
             f"baseline: the seeds fail on the copy with no mutant active: {clean}", file=sys.stderr
         )
         sys.exit(2)
-    result = {"cpu": cpu, "reached": reached}
+    result = {"cpu": cpu, "reached": reached, "seeds": seed_list.read_text()}
+    if BASELINE.exists() and json.loads(BASELINE.read_text()).get("seeds") != result["seeds"]:
+        RESULTS.unlink(missing_ok=True)  # other seeds: earlier verdicts mean nothing now
     BASELINE.write_text(json.dumps(result))
     print(f"baseline: seeds pass, {cpu:.1f} s CPU per clean run", flush=True)
     return result
