@@ -84,6 +84,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None, help="fnmatch patterns of names")
     parser.add_argument("--fresh", action="store_true", help="forget earlier results")
     parser.add_argument("--summary", action="store_true", help="only print the summary")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write it to this file")
     parser.add_argument("--pick-seeds", type=int, default=None, help="choose N seeds; see above")
     parser.add_argument("--candidates", type=int, default=300)
     args = parser.parse_args()
@@ -352,28 +353,44 @@ def _run(mutants: list[Mutant], baseline: dict[str, object], args: argparse.Name
 
 
 def _summary(mutants: list[Mutant], args: argparse.Namespace) -> None:
+    """Print the score and the survivors; with --markdown, write them as tables too."""
+    from mutation_notes import classify
+
     results = _load_results()
     baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"reached": {}}
     tested = [m for m in _selected(mutants, args) if m.name in results]
-    print(f"\nscore ({len(tested)} of {len(mutants)} mutants tested)")
-    for path in MUTATED:
-        rows = [results[m.name]["status"] for m in tested if m.file == path]
+    lines = [f"{len(tested)} of {len(mutants)} mutants tested", ""]
+    lines += ["| file | killed | of | score | by timeout |", "| --- | --- | --- | --- | --- |"]
+    for path in (*MUTATED, None):
+        rows = [results[m.name]["status"] for m in tested if path in (None, m.file)]
         killed = sum(status != "survived" for status in rows)
         timeouts = sum(status == "timeout" for status in rows)
         share = f"{100 * killed / len(rows):.1f}%" if rows else "-"
-        print(f"  {path}: {killed}/{len(rows)} killed ({share}; {timeouts} by timeout)")
-    rows = [results[m.name]["status"] for m in tested]
-    killed = sum(status != "survived" for status in rows)
-    if rows:
-        print(f"  total: {killed}/{len(rows)} killed ({100 * killed / len(rows):.1f}%)")
-    print("\nsurvivors (file:line, reached by the simulator?, before -> after, name)")
-    for m in tested:
-        if results[m.name]["status"] == "survived":
-            reached = m.line in baseline["reached"].get(m.file, [])
-            before = m.before.replace("\n", " / ")
-            after = m.after.replace("\n", " / ")
-            print(f"  {m.file}:{m.line} [{'reached' if reached else 'NOT reached'}]")
-            print(f"      - {before}\n      + {after}\n      ({m.name})")
+        lines.append(f"| {path or 'total'} | {killed} | {len(rows)} | {share} | {timeouts} |")
+    survivors = [m for m in tested if results[m.name]["status"] == "survived"]
+    kinds: dict[str, int] = {}
+    table = ["| where | mutation | reached | class | why, or the scenario that would kill it |"]
+    table.append("| --- | --- | --- | --- | --- |")
+    for m in sorted(survivors, key=lambda m: (m.file, m.line, m.name)):
+        reached = m.line in baseline["reached"].get(m.file, [])
+        kind, why = classify(m.name, m.before, m.after, reached)
+        kinds[kind] = kinds.get(kind, 0) + 1
+        change = f"{_cell(m.before)} → {_cell(m.after)}"
+        where = f"{Path(m.file).name}:{m.line}"
+        table.append(f"| {where} | {change} | {'yes' if reached else 'no'} | {kind} | {why} |")
+    lines += ["", "Survivors by class: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))]
+    text = "\n".join([*lines, "", *table]) + "\n"
+    if args.markdown is not None:
+        args.markdown.write_text(text)
+    print(text if args.markdown is None else "\n".join(lines))
+
+
+def _cell(code: str, limit: int = 90) -> str:
+    """Code for a Markdown table cell: one line, pipes escaped, long ones cut."""
+    one = " / ".join(part for part in code.splitlines() if part) or "(nothing)"
+    if len(one) > limit:
+        one = one[: limit - 1] + "…"
+    return "`" + one.replace("|", "\\|").replace("`", "'") + "`"
 
 
 if __name__ == "__main__":
