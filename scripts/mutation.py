@@ -373,7 +373,7 @@ def _summary(mutants: list[Mutant], args: argparse.Namespace) -> None:
     table.append("| --- | --- | --- | --- | --- |")
     for m in sorted(survivors, key=lambda m: (m.file, m.line, m.name)):
         reached = m.line in baseline["reached"].get(m.file, [])
-        kind, why = classify(m.name, m.before, m.after, reached)
+        kind, why = classify(m.name, m.file, m.line, m.before, m.after, reached)
         kinds[kind] = kinds.get(kind, 0) + 1
         change = f"{_cell(m.before)} → {_cell(m.after)}"
         where = f"{Path(m.file).name}:{m.line}"
@@ -381,8 +381,21 @@ def _summary(mutants: list[Mutant], args: argparse.Namespace) -> None:
     lines += ["", "Survivors by class: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))]
     text = "\n".join([*lines, "", *table]) + "\n"
     if args.markdown is not None:
-        args.markdown.write_text(text)
+        _write_between_markers(args.markdown, text)
     print(text if args.markdown is None else "\n".join(lines))
+
+
+#: Where ``--markdown`` writes in a page that has them (docs/mutation.md); elsewhere it
+#: writes the whole file.
+BEGIN, END = "<!-- begin: scripts/mutation.py --markdown -->", "<!-- end -->"
+
+
+def _write_between_markers(page: Path, text: str) -> None:
+    old = page.read_text() if page.exists() else ""
+    if BEGIN in old and END in old.partition(BEGIN)[2]:
+        head, _, rest = old.partition(BEGIN)
+        text = f"{head}{BEGIN}\n\n{text}\n{END}{rest.partition(END)[2]}"
+    page.write_text(text)
 
 
 def _cell(code: str, limit: int = 90) -> str:
