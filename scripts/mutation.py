@@ -83,6 +83,11 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=1, help="run every k-th mutant only")
     parser.add_argument("--only", nargs="*", default=None, help="fnmatch patterns of names")
     parser.add_argument("--fresh", action="store_true", help="forget earlier results")
+    parser.add_argument(
+        "--retry-survivors",
+        action="store_true",
+        help="run the survivors on reached lines again (after the simulator learned a check)",
+    )
     parser.add_argument("--summary", action="store_true", help="only print the summary")
     parser.add_argument("--markdown", type=Path, default=None, help="also write it to this file")
     parser.add_argument("--pick-seeds", type=int, default=None, help="choose N seeds; see above")
@@ -331,7 +336,14 @@ def _load_results() -> dict[str, dict[str, object]]:
 def _run(mutants: list[Mutant], baseline: dict[str, object], args: argparse.Namespace) -> None:
     done = _load_results()
     todo = _selected(mutants, args)
-    if not args.only:
+    if args.retry_survivors:
+        reached = baseline["reached"]
+        todo = [
+            m
+            for m in todo
+            if done.get(m.name, {}).get("status") == "survived" and m.line in reached[m.file]
+        ]
+    elif not args.only:
         todo = [m for m in todo if m.name not in done]
     cpu_limit = float(baseline["cpu"]) * CPU_FACTOR + CPU_CONSTANT  # type: ignore[arg-type]
     began = time.monotonic()

@@ -51,6 +51,10 @@ MUTANT_NOTES: dict[str, tuple[str, str]] = {
     ),
     "xǁRunnerCoreǁ__init____mutmut_35": (GAP, TIMING + " (first store retry 0.2 s, not 0.1 s)"),
     "xǁRunnerCoreǁ__init____mutmut_39": (EQUIVALENT, 'float() reads "-INF" as "-inf"'),
+    "xǁRunnerCoreǁstop__mutmut_1": (
+        EQUIVALENT,
+        "the default is never used: the pump, stop()'s only caller, always passes force",
+    ),
     "xǁRunnerCoreǁattach__mutmut_2": (
         GAP,
         STOP + " (falling serve ids would make stop() also stop serves attached after it)",
@@ -71,6 +75,11 @@ MUTANT_NOTES.update(
         "xǁRunnerCoreǁon_event__mutmut_16": (GAP, MARKS + ": the output Item only marks applied"),
         "xǁRunnerCoreǁon_event__mutmut_18": (GAP, MARKS + ": the output Item only marks applied"),
         "xǁRunnerCoreǁon_event__mutmut_84": (GAP, "the simulator's server runs no subagent Turns"),
+        "xǁRunnerCoreǁon_session_read__mutmut_3": (EQUIVALENT, "None is as false as False here"),
+        "xǁRunnerCoreǁon_session_read__mutmut_35": (
+            GAP,
+            TURN + ": a Turn whose end only a read shows (its end event lost)",
+        ),
     }
 )
 
@@ -113,6 +122,21 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
         GAP,
         "a Turn cancelled while one of its calls is queued or running and another Turn's "
         "call is running: the cancel must reach exactly that Turn's calls",
+    ),
+    "xǁRunnerCoreǁon_session_read": (
+        GAP,
+        "a failed read followed by a quiet stream: only the retry after poll_interval "
+        "moves the serve on; in the simulator something else always reads again",
+    ),
+    "xǁRunnerCoreǁ_server_failing": (
+        GAP,
+        "reads or POSTs failing with an HTTP error retrying cannot help (401, 403, 400) "
+        "or with 5xx for longer than unreachable_timeout: the serve must end with that "
+        "error, at once or then; no seed checks which error ends a serve, or when",
+    ),
+    "xǁRunnerCoreǁ_end_serves": (
+        GAP,
+        "no serve(until='forever') in the simulator: it must outlive an outage",
     ),
     "xǁRunnerCoreǁ_settled": (
         GAP,
