@@ -40,9 +40,11 @@ repeat each other; the others vary the values that flow through those branches.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import difflib
 import fnmatch
+import functools
 import json
 import os
 import resource
@@ -52,6 +54,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
@@ -319,6 +322,32 @@ def _fork_and_run(
     return {"status": verdict, "cpu": round(cpu, 3), "wall": round(time.monotonic() - began, 3)}
 
 
+def _reached(mutant: Mutant, baseline: dict[str, Any]) -> bool:
+    """Whether the seeds run the statement the mutant changes (coverage.py names a
+    statement by its first line; a mutant may change a later one of it)."""
+    return _statement_start(mutant.file, mutant.line) in baseline["reached"].get(mutant.file, [])
+
+
+@functools.cache
+def _statement_starts(path: str) -> dict[int, int]:
+    """For each line of a source file, the first line of the innermost statement on it."""
+    starts: dict[int, int] = {}
+    tree = ast.parse((ROOT / path).read_text())
+    nodes = sorted(
+        (node for node in ast.walk(tree) if isinstance(node, ast.stmt)),
+        key=lambda node: (node.end_lineno or node.lineno) - node.lineno,
+        reverse=True,
+    )
+    for node in nodes:  # outer statements first, inner ones overwrite them
+        for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+            starts[line] = node.lineno
+    return starts
+
+
+def _statement_start(path: str, line: int) -> int:
+    return _statement_starts(path).get(line, line)
+
+
 def _selected(mutants: list[Mutant], args: argparse.Namespace) -> list[Mutant]:
     chosen = mutants[:: args.every]
     if args.only:
@@ -337,11 +366,10 @@ def _run(mutants: list[Mutant], baseline: dict[str, object], args: argparse.Name
     done = _load_results()
     todo = _selected(mutants, args)
     if args.retry_survivors:
-        reached = baseline["reached"]
         todo = [
             m
             for m in todo
-            if done.get(m.name, {}).get("status") == "survived" and m.line in reached[m.file]
+            if done.get(m.name, {}).get("status") == "survived" and _reached(m, baseline)
         ]
     elif not args.only:
         todo = [m for m in todo if m.name not in done]
@@ -381,20 +409,39 @@ def _summary(mutants: list[Mutant], args: argparse.Namespace) -> None:
         lines.append(f"| {path or 'total'} | {killed} | {len(rows)} | {share} | {timeouts} |")
     survivors = [m for m in tested if results[m.name]["status"] == "survived"]
     kinds: dict[str, int] = {}
+    themes: dict[str, int] = {}
     table = ["| where | mutation | reached | class | why, or the scenario that would kill it |"]
     table.append("| --- | --- | --- | --- | --- |")
     for m in sorted(survivors, key=lambda m: (m.file, m.line, m.name)):
-        reached = m.line in baseline["reached"].get(m.file, [])
+        reached = _reached(m, baseline)
         kind, why = classify(m.name, m.file, m.line, m.before, m.after, reached)
         kinds[kind] = kinds.get(kind, 0) + 1
+        theme = _theme(kind, why, reached)
+        themes[theme] = themes.get(theme, 0) + 1
         change = f"{_cell(m.before)} → {_cell(m.after)}"
         where = f"{Path(m.file).name}:{m.line}"
         table.append(f"| {where} | {change} | {'yes' if reached else 'no'} | {kind} | {why} |")
     lines += ["", "Survivors by class: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))]
+    lines += ["", "| survivors | theme |", "| --- | --- |"]
+    lines += [f"| {n} | {t} |" for t, n in sorted(themes.items(), key=lambda tn: -tn[1])]
     text = "\n".join([*lines, "", *table]) + "\n"
     if args.markdown is not None:
         _write_between_markers(args.markdown, text)
     print(text if args.markdown is None else "\n".join(lines))
+
+
+def _theme(kind: str, why: str, reached: bool) -> str:
+    """The kind of survivor, for the summary: a [tag] of the notes, or the rule."""
+    if kind == "equivalent":
+        return "equivalent"
+    if not reached:
+        return "gap: line not reached"
+    if why.startswith("["):
+        return "gap: " + why[: why.index("]") + 1]
+    for rule in ("message text", "inside a log call", "not yet analysed"):
+        if rule in why:
+            return f"gap: {rule}"
+    return "gap: other (see the row)"
 
 
 #: Where ``--markdown`` writes in a page that has them (docs/mutation.md); elsewhere it
