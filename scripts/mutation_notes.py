@@ -26,6 +26,14 @@ MEMORY = "[memory] no check that the core forgets what it no longer needs"
 STOP = "[stop] no worker calls stop() while serves or functions are still running"
 NOTES_ = "[notes] the notes for logs, traces and metrics (take_notes) are not checked"
 
+_KEY_UNREAD = "the answer's key is never read: _decided uses the call's"
+_ANY_KIND_FAILS = "_decided fails the call for any kind but rerun and result"
+_LATE = (
+    "no check that a timed-out call whose function ended later kept its late outcome "
+    "(the late-outcome check judges only outcomes that were kept)"
+)
+_PER_NAME = "no simulated function sets max_concurrency: per-function counts are never read"
+
 #: Per mutant (its name without the module), the class and the one-line reason.
 MUTANT_NOTES: dict[str, tuple[str, str]] = {
     # RunnerCore.__init__
@@ -76,6 +84,27 @@ MUTANT_NOTES.update(
         "xǁRunnerCoreǁon_event__mutmut_18": (GAP, MARKS + ": the output Item only marks applied"),
         "xǁRunnerCoreǁon_event__mutmut_84": (GAP, "the simulator's server runs no subagent Turns"),
         "xǁRunnerCoreǁon_session_read__mutmut_3": (EQUIVALENT, "None is as false as False here"),
+        "xǁRunnerCoreǁ_in_doubt__mutmut_20": (EQUIVALENT, _KEY_UNREAD),
+        "xǁRunnerCoreǁ_in_doubt__mutmut_76": (EQUIVALENT, _KEY_UNREAD),
+        "xǁRunnerCoreǁ_in_doubt__mutmut_42": (
+            EQUIVALENT,
+            "_decided reads attempts only for a rerun; this answer is fail",
+        ),
+        "xǁRunnerCoreǁ_in_doubt__mutmut_50": (EQUIVALENT, _ANY_KIND_FAILS),
+        "xǁRunnerCoreǁ_in_doubt__mutmut_54": (EQUIVALENT, _ANY_KIND_FAILS),
+        "xǁRunnerCoreǁ_in_doubt__mutmut_80": (EQUIVALENT, _ANY_KIND_FAILS),
+        "xǁRunnerCoreǁ_in_doubt__mutmut_62": (GAP, HOOK + " (the hooks ignore the arguments)"),
+        "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
+        "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
+        "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
+        "xǁRunnerCoreǁon_function_done__mutmut_53": (GAP, REPORT),
+        "xǁRunnerCoreǁon_function_done__mutmut_71": (GAP, REPORT),
+        "xǁRunnerCoreǁon_function_done__mutmut_77": (GAP, REPORT),
+        "xǁRunnerCoreǁon_function_done__mutmut_79": (GAP, REPORT),
+        "xǁRunnerCoreǁon_function_done__mutmut_81": (GAP, REPORT),
+        "xǁRunnerCoreǁon_function_done__mutmut_19": (GAP, _LATE),
+        "xǁRunnerCoreǁon_function_done__mutmut_21": (GAP, _LATE),
+        "xǁRunnerCoreǁon_function_done__mutmut_39": (GAP, _LATE),
         "xǁRunnerCoreǁon_session_read__mutmut_35": (
             GAP,
             TURN + ": a Turn whose end only a read shows (its end event lost)",
@@ -138,6 +167,44 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
         GAP,
         "no serve(until='forever') in the simulator: it must outlive an outage",
     ),
+    "xǁRunnerCoreǁ_on_lookup": (
+        GAP,
+        TIMING + ": a found record ignored is claimed afresh, lost, and decided the same; "
+        "a stale one taken for live waits for a later read",
+    ),
+    "xǁRunnerCoreǁ_on_marked_in_doubt": (
+        GAP,
+        "a mark-in-doubt that loses to another worker (changed=False) is rare in these "
+        "seeds; no check that a worker renews only leases of calls it runs",
+    ),
+    "xǁRunnerCoreǁon_in_doubt_answer": (
+        GAP,
+        HOOK + "; no hook answers rerun, nor after its call was settled another way",
+    ),
+    "xǁRunnerCoreǁ_decided": (GAP, HOOK),
+    "xǁRunnerCoreǁ_start_queued": (
+        GAP,
+        _PER_NAME + "; and in these seeds no function outlives its timeout (seeds 0-99 "
+        "have some: tests/sim/test_sim.py)",
+    ),
+    "xǁRunnerCoreǁ_time_out": (
+        GAP,
+        _PER_NAME + "; no check of who saved a timed-out call's failure",
+    ),
+    "xǁRunnerCoreǁon_function_done": (
+        GAP,
+        _PER_NAME + "; an outcome that arrives after the deadline, before the timekeeper "
+        "looked, and a function that exits without a result, are rare in these seeds",
+    ),
+    "xǁRunnerCoreǁ_release_unrun": (
+        GAP,
+        "a serve that ends holding claims (or store retries) of calls not started: no "
+        "check that they are given back at once, or redecided when announced again",
+    ),
+    "xǁRunnerCoreǁ_give_back": (
+        GAP,
+        "a claim given back is released later or lapses: no check that it is at once",
+    ),
     "xǁRunnerCoreǁ_settled": (
         GAP,
         "when a serve may return: the simulator checks that serves end, not that they "
@@ -151,6 +218,50 @@ UNREACHED_NOTES: dict[str, str] = {
     "xǁInDoubtDecisionǁfail": "no on_in_doubt hook answers fail()",
     "xǁRunnerCoreǁstop": STOP,
     "xǁRunnerCoreǁ_cancel_turn": "no seed cancels a Turn while its call is queued or running",
+    "xǁRunnerCoreǁ_report_action": (
+        "the simulated server asks only for function calls, never another action "
+        "(an approval, an Environment) that the runner reports"
+    ),
+    "xǁRunnerCoreǁ_leave_unknown": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
+    "xǁRunnerCoreǁ_consider": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
+    "xǁRunnerCoreǁ_on_lookup": UNKNOWN + "; and no record that vanishes before a re-check",
+    "xǁRunnerCoreǁ_hold": UNKNOWN + " (with unknown_functions='fail')",
+    "xǁRunnerCoreǁ_decided": (
+        "no on_in_doubt hook answers fail(error), or a result that cannot be sent"
+    ),
+    "xǁRunnerCoreǁ_in_doubt": (
+        "no idempotent call is in doubt max_attempts times in these seeds (the "
+        "attempt cap is reached only in longer histories)"
+    ),
+    "xǁRunnerCoreǁ_decide_existing": (
+        "in these seeds no worker meets a call a person cleared to run again "
+        "(calls resolve --rerun) before the policy answered it; " + UNKNOWN
+    ),
+    "xǁRunnerCoreǁ_unreachable": (
+        "the simulated outages answer (502, web pages): none refuses connections "
+        "(APIConnectionError) for longer than unreachable_timeout while a serve waits"
+    ),
+    "xǁRunnerCoreǁ_session_gone": "no Session is deleted (404) while a worker serves it",
+    "xǁRunnerCoreǁon_stream_failed": "no Session is deleted (404) while a worker serves it",
+    "xǁRunnerCoreǁon_session_read": (
+        "no Session is deleted (404) while served; no read answers for a Turn that "
+        "run_turn waits on after its end event was lost"
+    ),
+    "xǁRunnerCoreǁon_store_answer": (
+        "no store refuses to keep a late outcome, and no claim is won after its call was forgotten"
+    ),
+    "xǁRunnerCoreǁ_server_failing": (
+        "no request fails with an error retrying cannot help (401, 403, 400) or one "
+        "that is not an APIError"
+    ),
+    "xǁRunnerCoreǁ_on_session": (
+        "the simulated server asks only for function calls, never another action"
+    ),
+    "xǁRunnerCoreǁon_event": "no message Items are streamed to run_turn's serves in these seeds",
+    "xǁRunnerCoreǁbusy": "busy() without a Session is only asked by close(), never here",
+    "xǁRunnerCoreǁ_settled": "no recover() pass meets a call it has not settled yet",
+    "xǁRunnerCoreǁ_refused_in_turn": "no run_turn waits on a Turn whose result was refused",
+    "xǁRunnerCoreǁfinished": "no run_turn waits on a Turn whose result was refused",
 }
 
 _QUOTED = re.compile(r"""(?:[rbuf]*)("[^"]*"|'[^']*')""")
