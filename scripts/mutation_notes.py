@@ -24,6 +24,9 @@ UNKNOWN = "[unknown] every worker serves every function: no call of a function i
 TURN = "[run_turn] no check of what run_turn returns (its Turn, status, streamed messages)"
 MEMORY = "[memory] no check that the core forgets what it no longer needs"
 STOP = "[stop] no worker calls stop() while serves or functions are still running"
+STAMPS = "[timestamps] no check reads a record's times (updated_at, in_doubt_at, late_at)"
+SQL = "the simulator's store is the memory store: SQL rows are never written or read"
+ODD_LATE = "no late outcome holds what JSON cannot (NaN, lone surrogates, deep nesting, objects)"
 NOTES_ = "[notes] the notes for logs, traces and metrics (take_notes) are not checked"
 
 _KEY_UNREAD = "the answer's key is never read: _decided uses the call's"
@@ -94,6 +97,11 @@ MUTANT_NOTES.update(
         "xǁRunnerCoreǁ_in_doubt__mutmut_54": (EQUIVALENT, _ANY_KIND_FAILS),
         "xǁRunnerCoreǁ_in_doubt__mutmut_80": (EQUIVALENT, _ANY_KIND_FAILS),
         "xǁRunnerCoreǁ_in_doubt__mutmut_62": (GAP, HOOK + " (the hooks ignore the arguments)"),
+        "xǁRunnerCoreǁ_on_saved__mutmut_1": (EQUIVALENT, "None is as false as False here"),
+        "xǁRunnerCoreǁ_on_saved__mutmut_3": (
+            EQUIVALENT,
+            "Call.event is written but never read by anything once the save answered",
+        ),
         "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
         "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
         "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
@@ -205,6 +213,30 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
         GAP,
         "a claim given back is released later or lapses: no check that it is at once",
     ),
+    "xǁRunnerCoreǁ_save": (
+        GAP,
+        "a save by a worker whose lapsed claim another worker took over: the store "
+        "must refuse it; no seed has a worker save after losing its claim",
+    ),
+    "xǁRunnerCoreǁ_take_batches": (
+        GAP,
+        TIMING + ": results still go out, in more or later POSTs (no check of batching)",
+    ),
+    "xǁDeleteǁ__repr__": (GAP, "repr only: nothing but a debugger shows it"),
+    "x_validate_lease": (GAP, "every simulated lease is valid: a bad one is a unit test's job"),
+    "x_encode_result": (GAP, "every simulated result is plain JSON: a bad one is a unit test's job"),
+    "x_encode_late_outcome": (GAP, ODD_LATE),
+    "x__storable": (GAP, ODD_LATE),
+    "x__storable_leaf": (GAP, ODD_LATE),
+    "x__describe": (GAP, ODD_LATE),
+    "x__clean_text": (GAP, ODD_LATE),
+    "x_decode_result": (GAP, SQL),
+    "x_record_to_row": (GAP, SQL),
+    "x_record_from_row": (GAP, SQL),
+    "x__record_from_row": (GAP, SQL),
+    "x_started_record": (GAP, STAMPS),
+    "x__first_doubt": (GAP, STAMPS),
+    "x_keep_late_outcome": (GAP, STAMPS),
     "xǁRunnerCoreǁ_settled": (
         GAP,
         "when a serve may return: the simulator checks that serves end, not that they "
@@ -262,6 +294,17 @@ UNREACHED_NOTES: dict[str, str] = {
     "xǁRunnerCoreǁ_settled": "no recover() pass meets a call it has not settled yet",
     "xǁRunnerCoreǁ_refused_in_turn": "no run_turn waits on a Turn whose result was refused",
     "xǁRunnerCoreǁfinished": "no run_turn waits on a Turn whose result was refused",
+    "x_decode_result": SQL,
+    "x_record_to_row": SQL,
+    "x_record_from_row": SQL,
+    "x__record_from_row": SQL,
+    "x_encode_late_outcome": ODD_LATE,
+    "x__storable": ODD_LATE,
+    "x__storable_leaf": ODD_LATE,
+    "x__describe": ODD_LATE,
+    "x__clean_text": ODD_LATE,
+    "x_validate_lease": "every simulated lease is valid: a bad one is a unit test's job",
+    "x_encode_result": "every simulated result is plain JSON: a bad one is a unit test's job",
 }
 
 _QUOTED = re.compile(r"""(?:[rbuf]*)("[^"]*"|'[^']*')""")
