@@ -224,7 +224,7 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     ),
     "xǁDeleteǁ__repr__": (GAP, "repr only: nothing but a debugger shows it"),
     "x_validate_lease": (GAP, "every simulated lease is valid: a bad one is a unit test's job"),
-    "x_encode_result": (GAP, "every simulated result is plain JSON: a bad one is a unit test's job"),
+    "x_encode_result": (GAP, "every simulated result is plain JSON: bad ones are unit tests' job"),
     "x_encode_late_outcome": (GAP, ODD_LATE),
     "x__storable": (GAP, ODD_LATE),
     "x__storable_leaf": (GAP, ODD_LATE),
