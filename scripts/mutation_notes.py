@@ -21,7 +21,10 @@ MARKS = "[marks] no check reads progress marks (submitted/applied/rejected) in t
 TIMING = "[timing] no check counts requests or measures delays, beyond the failing-server rate"
 HOOK = "[hook] no check that a call in doubt got the decision of its worker's on_in_doubt hook"
 UNKNOWN = "[unknown] every worker serves every function: no call of a function it lacks"
-TURN = "[run_turn] no check of what run_turn returns (its Turn, status, streamed messages)"
+TURN = (
+    "[run_turn] what run_turn returns is checked (Turn, status, text), not how: it "
+    "falls back to reading what the stream showed, and requests are not counted"
+)
 MEMORY = "[memory] no check that the core forgets what it no longer needs"
 STOP = "[stop] no worker calls stop() while serves or functions are still running"
 STAMPS = "[timestamps] no check reads a record's times (updated_at, in_doubt_at, late_at)"
@@ -34,6 +37,14 @@ _ANY_KIND_FAILS = "_decided fails the call for any kind but rerun and result"
 _LATE = (
     "no check that a timed-out call whose function ended later kept its late outcome "
     "(the late-outcome check judges only outcomes that were kept)"
+)
+_OUTCOME_UNREAD = (
+    "a posted call's outcome is read only to redecide released or abandoned calls, and "
+    "no note is made for a posted call"
+)
+_ANY_REPORT = (
+    REPORT + ": a result refused for a passing reason is reported rejected (or a "
+    "conflict as rejected), and the final check accepts any report of a pending call"
 )
 _PER_NAME = "no simulated function sets max_concurrency: per-function counts are never read"
 
@@ -102,6 +113,22 @@ MUTANT_NOTES.update(
             EQUIVALENT,
             "Call.event is written but never read by anything once the save answered",
         ),
+        "xǁRunnerCoreǁon_posted__mutmut_44": (EQUIVALENT, _OUTCOME_UNREAD),
+        "xǁRunnerCoreǁon_posted__mutmut_48": (EQUIVALENT, _OUTCOME_UNREAD),
+        "xǁRunnerCoreǁon_posted__mutmut_18": (GAP, NOTES_),
+        "xǁRunnerCoreǁon_posted__mutmut_20": (GAP, NOTES_),
+        "xǁRunnerCoreǁon_posted__mutmut_26": (GAP, NOTES_),
+        "xǁRunnerCoreǁon_posted__mutmut_50": (GAP, MARKS),
+        "xǁRunnerCoreǁon_posted__mutmut_96": (GAP, "the error is only logged, and logging is off"),
+        "xǁRunnerCoreǁon_posted__mutmut_14": (
+            GAP,
+            "a failed POST taken for a success: the worker stops retrying it and another "
+            "worker (at the latest the final one) submits it; no check that a worker "
+            "retries its own failed POSTs while it lives",
+        ),
+        "xǁRunnerCoreǁ_on_refused__mutmut_3": (GAP, _ANY_REPORT),
+        "xǁRunnerCoreǁ_on_refused__mutmut_21": (GAP, _ANY_REPORT),
+        "xǁRunnerCoreǁ_on_refused__mutmut_59": (GAP, _ANY_REPORT),
         "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
         "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
         "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
@@ -237,6 +264,13 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "x_started_record": (GAP, STAMPS),
     "x__first_doubt": (GAP, STAMPS),
     "x_keep_late_outcome": (GAP, STAMPS),
+    "xǁRunnerCoreǁ_lingering": (GAP, TIMING + ": results go out in more or later POSTs"),
+    "xǁRunnerCoreǁon_posted": (
+        GAP,
+        TIMING + ": POSTs failing for longer than unreachable_timeout, and a batch of "
+        "several refused for one bad result, are rare in these seeds",
+    ),
+    "xǁRunnerCoreǁ_on_refused": (GAP, TIMING + ": retry delays and counts of refused POSTs"),
     "xǁRunnerCoreǁ_settled": (
         GAP,
         "when a serve may return: the simulator checks that serves end, not that they "
