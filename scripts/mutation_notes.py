@@ -129,6 +129,12 @@ MUTANT_NOTES.update(
         "xǁRunnerCoreǁ_on_refused__mutmut_3": (GAP, _ANY_REPORT),
         "xǁRunnerCoreǁ_on_refused__mutmut_21": (GAP, _ANY_REPORT),
         "xǁRunnerCoreǁ_on_refused__mutmut_59": (GAP, _ANY_REPORT),
+        "xǁRunnerCoreǁ_on_marks_written__mutmut_1": (
+            EQUIVALENT,
+            "None is as false as False here",
+        ),
+        "xǁRunnerCoreǁ_rejected__mutmut_20": (GAP, MARKS),
+        "xǁRunnerCoreǁ_rejected__mutmut_30": (GAP, NOTES_),
         "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
         "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
         "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
@@ -271,6 +277,14 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
         "several refused for one bad result, are rare in these seeds",
     ),
     "xǁRunnerCoreǁ_on_refused": (GAP, TIMING + ": retry delays and counts of refused POSTs"),
+    "xǁRunnerCoreǁ_rejected": (
+        GAP,
+        TURN + "; a Turn that waits on a refused result is mostly settled by the "
+        "simulated person before any run_turn could return it as waiting",
+    ),
+    "xǁRunnerCoreǁ_queue_mark": (GAP, MARKS),
+    "xǁRunnerCoreǁ_flush_marks": (GAP, MARKS),
+    "xǁRunnerCoreǁ_on_marks_written": (GAP, MARKS),
     "xǁRunnerCoreǁ_settled": (
         GAP,
         "when a serve may return: the simulator checks that serves end, not that they "
