@@ -285,6 +285,48 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "xǁRunnerCoreǁ_queue_mark": (GAP, MARKS),
     "xǁRunnerCoreǁ_flush_marks": (GAP, MARKS),
     "xǁRunnerCoreǁ_on_marks_written": (GAP, MARKS),
+    "xǁRunnerCoreǁ_on_renewed": (
+        GAP,
+        TIMING + ": when leases are renewed; a lost lease is only logged, and the lease "
+        "invariant fires only for a function that outlives its lease",
+    ),
+    "xǁRunnerCoreǁ_on_store_error": (
+        GAP,
+        TIMING + ": when a store effect is retried after an outage (it is, later)",
+    ),
+    "xǁRunnerCoreǁ_on_store_refused": (
+        GAP,
+        "a store that refuses a call's data for good (not an outage) is rare in these "
+        "seeds; the text of the unsaved failure posted then is not checked",
+    ),
+    "xǁRunnerCoreǁ_store_failed": (GAP, TIMING + "; " + REPORT + " (store_errors)"),
+    "xǁRunnerCoreǁ_store_ok": (GAP, TIMING + " (the store retry delay's growth)"),
+    "xǁRunnerCoreǁtake_effects": (
+        GAP,
+        TIMING + ": when reads, marks and renewals go out; serves still end",
+    ),
+    "xǁRunnerCoreǁnext_wakeup": (GAP, TIMING + ": the loop wakes later or sooner"),
+    "xǁRunnerCoreǁ_next_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
+    "xǁRunnerCoreǁ_want_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
+    "xǁRunnerCoreǁ_enter": (GAP, TIMING),
+    "xǁRunnerCoreǁ_unwatch": (GAP, TIMING + "; " + MEMORY),
+    "xǁRunnerCoreǁ_emit": (GAP, TIMING + ": a store effect waits for the store, or not"),
+    "xǁRunnerCoreǁtake_notes": (GAP, NOTES_),
+    "xǁRunnerCoreǁ_done": (GAP, NOTES_ + "; " + MEMORY),
+    "xǁRunnerCoreǁ_move": (GAP, MEMORY),
+    "xǁRunnerCoreǁ_forget": (GAP, MEMORY),
+    "xǁRunnerCoreǁ_view": (GAP, MEMORY),
+    "xǁRunnerCoreǁ_count": (GAP, REPORT),
+    "xǁRunnerCoreǁ_report_key": (GAP, REPORT),
+    "x_classify_refusal": (GAP, _ANY_REPORT),
+    "x__worth_retrying": (GAP, _ANY_REPORT),
+    "x__message": (GAP, _ANY_REPORT),
+    "x__terminal_status": (GAP, "the simulated terminal events always carry their Turn"),
+    "x_heeds": (GAP, TIMING + ": an event not heeded is made up for by the next read"),
+    "x__is_complete_call": (
+        GAP,
+        TIMING + ": a call the stream announces is found by the next read anyway",
+    ),
     "xǁRunnerCoreǁ_settled": (
         GAP,
         "when a serve may return: the simulator checks that serves end, not that they "
@@ -342,6 +384,7 @@ UNREACHED_NOTES: dict[str, str] = {
     "xǁRunnerCoreǁ_settled": "no recover() pass meets a call it has not settled yet",
     "xǁRunnerCoreǁ_refused_in_turn": "no run_turn waits on a Turn whose result was refused",
     "xǁRunnerCoreǁfinished": "no run_turn waits on a Turn whose result was refused",
+    "x__sendable": "no call ids that cannot be sent as UTF-8",
     "x_decode_result": SQL,
     "x_record_to_row": SQL,
     "x_record_from_row": SQL,
