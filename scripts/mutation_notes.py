@@ -30,6 +30,10 @@ STOP = "[stop] no worker calls stop() while serves or functions are still runnin
 STAMPS = "[timestamps] no check reads a record's times (updated_at, in_doubt_at, late_at)"
 SQL = "the simulator's store is the memory store: SQL rows are never written or read"
 ODD_LATE = "no late outcome holds what JSON cannot (NaN, lone surrogates, deep nesting, objects)"
+LIVENESS = (
+    "[liveness] the final, fault-free worker settles whatever a worker left: no check "
+    "that a live worker settles what it could itself"
+)
 NOTES_ = "[notes] the notes for logs, traces and metrics (take_notes) are not checked"
 
 _KEY_UNREAD = "the answer's key is never read: _decided uses the call's"
@@ -120,12 +124,6 @@ MUTANT_NOTES.update(
         "xǁRunnerCoreǁon_posted__mutmut_26": (GAP, NOTES_),
         "xǁRunnerCoreǁon_posted__mutmut_50": (GAP, MARKS),
         "xǁRunnerCoreǁon_posted__mutmut_96": (GAP, "the error is only logged, and logging is off"),
-        "xǁRunnerCoreǁon_posted__mutmut_14": (
-            GAP,
-            "a failed POST taken for a success: the worker stops retrying it and another "
-            "worker (at the latest the final one) submits it; no check that a worker "
-            "retries its own failed POSTs while it lives",
-        ),
         "xǁRunnerCoreǁ_on_refused__mutmut_3": (GAP, _ANY_REPORT),
         "xǁRunnerCoreǁ_on_refused__mutmut_21": (GAP, _ANY_REPORT),
         "xǁRunnerCoreǁ_on_refused__mutmut_59": (GAP, _ANY_REPORT),
@@ -135,6 +133,25 @@ MUTANT_NOTES.update(
         ),
         "xǁRunnerCoreǁ_rejected__mutmut_20": (GAP, MARKS),
         "xǁRunnerCoreǁ_rejected__mutmut_30": (GAP, NOTES_),
+        "xǁRunnerCoreǁ_on_session__mutmut_21": (
+            EQUIVALENT,
+            "snapshots is only compared with earlier values of itself: any rising step works",
+        ),
+        "xǁRunnerCoreǁ_hold__mutmut_33": (EQUIVALENT, "_enter reads now only for READY"),
+        "xǁRunnerCoreǁ_decide_existing__mutmut_20": (
+            EQUIVALENT,
+            "_rejected never reads its record argument",
+        ),
+        "xǁRunnerCoreǁ_decide_existing__mutmut_22": (EQUIVALENT, "None is as false as False"),
+        "xǁRunnerCoreǁ_decide_existing__mutmut_16": (GAP, NOTES_),
+        "xǁRunnerCoreǁ_consider__mutmut_20": (GAP, REPORT),
+        "xǁRunnerCoreǁ_consider__mutmut_70": (GAP, UNKNOWN),
+        "xǁRunnerCoreǁ_consider__mutmut_72": (GAP, UNKNOWN),
+        "xǁRunnerCoreǁon_store_answer__mutmut_3": (GAP, MARKS),
+        "xǁRunnerCoreǁon_store_answer__mutmut_77": (GAP, LIVENESS),
+        "xǁRunnerCoreǁon_store_answer__mutmut_79": (GAP, LIVENESS),
+        "xǁRunnerCoreǁon_store_answer__mutmut_81": (GAP, LIVENESS),
+        "xǁRunnerCoreǁon_posted__mutmut_14": (GAP, LIVENESS + " (a failed POST taken for a success)"),
         "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
         "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
         "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
@@ -326,6 +343,35 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "x__is_complete_call": (
         GAP,
         TIMING + ": a call the stream announces is found by the next read anyway",
+    ),
+    "xǁRunnerCoreǁ_unreachable": (
+        GAP,
+        TIMING + ": no check that a serve rides out a connection outage shorter than "
+        "unreachable_timeout, or gives up right after it",
+    ),
+    "xǁRunnerCoreǁ_on_session": (GAP, TURN + "; " + MEMORY),
+    "xǁRunnerCoreǁ_on_output": (GAP, MARKS),
+    "xǁRunnerCoreǁ_consider": (
+        GAP,
+        TIMING + ": a call left to others or redecided takes a detour; also " + LIVENESS,
+    ),
+    "xǁRunnerCoreǁ_claim_effect": (
+        GAP,
+        "no check of what a claim writes besides its state, owner and attempts",
+    ),
+    "xǁRunnerCoreǁon_store_answer": (
+        GAP,
+        TIMING + ": a store answer misread costs another look-up or a later read",
+    ),
+    "xǁRunnerCoreǁ_hold": (
+        GAP,
+        "a claim answered after its serve ended is run instead of given back, and lease "
+        "renewals start late or never: no function outlives its lease in these seeds",
+    ),
+    "xǁRunnerCoreǁ_decide_existing": (
+        GAP,
+        TIMING + ": a record misread is re-examined by the store's own rules (which "
+        "refuse a wrong mark or take-over) and decided again later; " + REPORT,
     ),
     "xǁRunnerCoreǁ_settled": (
         GAP,
