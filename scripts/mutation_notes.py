@@ -151,7 +151,7 @@ MUTANT_NOTES.update(
         "xǁRunnerCoreǁon_store_answer__mutmut_77": (GAP, LIVENESS),
         "xǁRunnerCoreǁon_store_answer__mutmut_79": (GAP, LIVENESS),
         "xǁRunnerCoreǁon_store_answer__mutmut_81": (GAP, LIVENESS),
-        "xǁRunnerCoreǁon_posted__mutmut_14": (GAP, LIVENESS + " (a failed POST taken for a success)"),
+        "xǁRunnerCoreǁon_posted__mutmut_14": (GAP, LIVENESS + " (a failed POST seen as sent)"),
         "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
         "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
         "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
