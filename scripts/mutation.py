@@ -91,6 +91,9 @@ def main() -> int:
         action="store_true",
         help="run the survivors on reached lines again (after the simulator learned a check)",
     )
+    parser.add_argument(
+        "--upto", default=None, help="with --retry-survivors: only mutants up to this name"
+    )
     parser.add_argument("--summary", action="store_true", help="only print the summary")
     parser.add_argument("--markdown", type=Path, default=None, help="also write it to this file")
     parser.add_argument("--pick-seeds", type=int, default=None, help="choose N seeds; see above")
@@ -366,6 +369,8 @@ def _run(mutants: list[Mutant], baseline: dict[str, object], args: argparse.Name
     done = _load_results()
     todo = _selected(mutants, args)
     if args.retry_survivors:
+        if args.upto is not None:
+            todo = todo[: [m.name for m in todo].index(args.upto) + 1]
         todo = [
             m
             for m in todo

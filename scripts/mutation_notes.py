@@ -28,7 +28,11 @@ TURN = (
 MEMORY = "[memory] no check that the core forgets what it no longer needs"
 STOP = "[stop] no worker calls stop() while serves or functions are still running"
 STAMPS = "[timestamps] no check reads a record's times (updated_at, in_doubt_at, late_at)"
-SQL = "the simulator's store is the memory store: SQL rows are never written or read"
+SQL = (
+    "[fields] the memory store keeps records as the SQL stores' rows: a field no check "
+    "reads (times, settled_by, function name, idempotency key, late outcome) can be lost"
+)
+DAMAGED = "no damaged row (changed by hand) in the simulated store: tests/store covers them"
 ODD_LATE = "no late outcome holds what JSON cannot (NaN, lone surrogates, deep nesting, objects)"
 LIVENESS = (
     "[liveness] the final, fault-free worker settles whatever a worker left: no check "
@@ -152,6 +156,11 @@ MUTANT_NOTES.update(
         "xǁRunnerCoreǁon_store_answer__mutmut_79": (GAP, LIVENESS),
         "xǁRunnerCoreǁon_store_answer__mutmut_81": (GAP, LIVENESS),
         "xǁRunnerCoreǁon_posted__mutmut_14": (GAP, LIVENESS + " (a failed POST seen as sent)"),
+        "x__sendable__mutmut_3": (
+            EQUIVALENT,
+            "an ASCII separator changes nothing: encoding fails iff an id has a lone surrogate",
+        ),
+        "x__sendable__mutmut_5": (EQUIVALENT, "codec names are case-insensitive"),
         "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
         "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
         "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
@@ -431,10 +440,10 @@ UNREACHED_NOTES: dict[str, str] = {
     "xǁRunnerCoreǁ_refused_in_turn": "no run_turn waits on a Turn whose result was refused",
     "xǁRunnerCoreǁfinished": "no run_turn waits on a Turn whose result was refused",
     "x__sendable": "no call ids that cannot be sent as UTF-8",
-    "x_decode_result": SQL,
-    "x_record_to_row": SQL,
-    "x_record_from_row": SQL,
-    "x__record_from_row": SQL,
+    "x_decode_result": DAMAGED,
+    "x_record_to_row": DAMAGED,
+    "x_record_from_row": DAMAGED,
+    "x__record_from_row": DAMAGED,
     "x_encode_late_outcome": ODD_LATE,
     "x__storable": ODD_LATE,
     "x__storable_leaf": ODD_LATE,
