@@ -38,6 +38,10 @@ LIVENESS = (
     "[liveness] the final, fault-free worker settles whatever a worker left: no check "
     "that a live worker settles what it could itself"
 )
+DEFENSE = (
+    "[defense] the store refuses what the core never asks for (a live claim of another "
+    "worker, a call with a result): the simulator never tests the refusal"
+)
 NOTES_ = "[notes] the notes for logs, traces and metrics (take_notes) are not checked"
 
 _KEY_UNREAD = "the answer's key is never read: _decided uses the call's"
@@ -53,6 +57,10 @@ _OUTCOME_UNREAD = (
 _ANY_REPORT = (
     REPORT + ": a result refused for a passing reason is reported rejected (or a "
     "conflict as rejected), and the final check accepts any report of a pending call"
+)
+_RARE_BY_HAND = (
+    "a result given by hand for a call in doubt is rare in these 20 seeds (the world "
+    "checks it stands, when one is given)"
 )
 _PER_NAME = "no simulated function sets max_concurrency: per-function counts are never read"
 
@@ -161,6 +169,41 @@ MUTANT_NOTES.update(
             "an ASCII separator changes nothing: encoding fails iff an id has a lone surrogate",
         ),
         "x__sendable__mutmut_5": (EQUIVALENT, "codec names are case-insensitive"),
+        "x_release__mutmut_6": (
+            GAP,
+            "a released first claim is kept in doubt instead of deleted, and the call is "
+            "failed in doubt although no function started: no check that a call failed "
+            "in doubt was ever started",
+        ),
+        "x_take_over__mutmut_9": (GAP, DEFENSE + " (here: taking over a live claim)"),
+        "x_take_over__mutmut_43": (
+            GAP,
+            "attempts are checked against themselves (max_attempts), not against the runs "
+            "a call in doubt got",
+        ),
+        "x_renew_lease__mutmut_4": (
+            GAP,
+            "own leases are never renewed: no function outlives its lease in these seeds",
+        ),
+        "x_renew_lease__mutmut_10": (
+            GAP,
+            "leases are never extended: no function outlives its lease in these seeds",
+        ),
+        "x_renew_lease__mutmut_6": (
+            GAP,
+            "renewals fail (logged): no function outlives its lease in these seeds",
+        ),
+        "x_settle_by_hand__mutmut_27": (GAP, _RARE_BY_HAND),
+        "x_settle_by_hand__mutmut_33": (GAP, _RARE_BY_HAND),
+        "x_settle_by_hand__mutmut_3": (
+            GAP,
+            "the simulated person settles only calls in doubt: a live claim settled by "
+            "hand is never asked for, so the refusal is not tested",
+        ),
+        "x_settle_by_hand__mutmut_1": (
+            GAP,
+            "a person's command refused is taken by the simulator for a race it lost",
+        ),
         "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
         "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
         "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
@@ -382,6 +425,19 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
         TIMING + ": a record misread is re-examined by the store's own rules (which "
         "refuse a wrong mark or take-over) and decided again later; " + REPORT,
     ),
+    "x_is_stale": (
+        GAP,
+        "the simulated owners are not processes: whether an owner is alive or dead is "
+        "never known, and the lease's exact instant is not checked",
+    ),
+    "x_take_over": (GAP, SQL + "; " + DEFENSE),
+    "x_renew_lease": (GAP, DEFENSE),
+    "x_save_result": (GAP, SQL),
+    "x_mark": (GAP, MARKS),
+    "x_mark_in_doubt": (GAP, DEFENSE + "; " + SQL),
+    "x_release": (GAP, SQL + "; a claim released after a person's rerun is rare here"),
+    "x_settle_by_hand": (GAP, SQL + "; " + _RARE_BY_HAND),
+    "x_answered_by_hand": (GAP, SQL),
     "xǁRunnerCoreǁ_settled": (
         GAP,
         "when a serve may return: the simulator checks that serves end, not that they "
