@@ -301,6 +301,19 @@ class SimRunner(Driver):
 
     # -- what the loop shows the simulator ------------------------------------------------
 
+    async def _pump(self) -> None:
+        """A pump that raises is a bug, whatever the faults. Its serves hear of it as a
+        ``RunnerError``, which a worker serving through chaos takes for a fault and
+        serves again (and a worker killed later hides it), so the world is told here."""
+        try:
+            await super()._pump()
+        except Exception as exc:
+            if self.world.broken is None:
+                self.world.broken = Violation(
+                    f"seed {self.world.seed}: sim-{self.worker.generation}'s pump failed: {exc!r}"
+                )
+            raise
+
     def dispatching(self, work: Callable[[], Any]) -> None:
         """The loop hands a function to a thread: remember what it knew then."""
         assert isinstance(work, functools.partial), "functions run as call_sync partials"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from openagentcore.store import CallKey, CallRecord
 
 from ._runner import SimRunner
 from ._soak import checked, default_jobs
+from ._tasks import Violation
 from ._world import World, run_seed
 
 #: Seeds every CI run replays; ``python -m tests.sim --seeds N`` soaks further.
@@ -215,10 +217,52 @@ def _cancels_read_from_the_session_ignored(runner: SimRunner) -> None:
     runner._core._on_turns_ended = lambda view, now: None  # type: ignore[method-assign]
 
 
+def _a_read_raises_during_chaos(runner: SimRunner, fired: list[int] | None = None) -> None:
+    """A bug in the core that only faults bring out: while the chaos lasts, handling a
+    read of a served Session (only workers that serve, not drive, read those) raises.
+    The pump fails, and its serves hear of it as a RunnerError, which a worker serving
+    through chaos takes for a fault and serves again."""
+    core = runner._core
+    on_session_read = core.on_session_read
+
+    def on_session_read_raising(answer: Any, now: float) -> None:
+        if runner.world.chaos and answer.session_id in runner.world.served:
+            if fired is not None:
+                fired.append(runner.worker.generation)
+            raise RuntimeError("a bug in the core")
+        on_session_read(answer, now)
+
+    core.on_session_read = on_session_read_raising  # type: ignore[method-assign]
+
+
+def test_a_pump_that_fails_during_chaos_breaks_the_history() -> None:
+    histories_with_the_bug = 0
+    for seed in range(20):
+        fired: list[int] = []
+        broken = _violation(seed, functools.partial(_a_read_raises_during_chaos, fired=fired))
+        if fired:
+            histories_with_the_bug += 1
+            assert broken is not None, f"seed {seed}: a pump failed and the history passed"
+            assert "pump failed: RuntimeError('a bug in the core')" in broken
+        # A broken history leaves coroutines suspended: finalise them here, not in a
+        # garbage collection that may come in the middle of compiling something.
+        gc.collect()
+    assert histories_with_the_bug >= 5
+
+
+def _violation(seed: int, mutate: Callable[[SimRunner], None]) -> str | None:
+    try:
+        run_seed(seed, mutate=mutate)
+    except Violation as violation:
+        return str(violation)
+    return None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "mutation",
     [
+        _a_read_raises_during_chaos,
         _hooks_share_the_store_threads,
         _wake_ups_make_no_round,
         _failing_servers_never_given_up,
