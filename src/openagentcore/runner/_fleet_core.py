@@ -35,6 +35,7 @@ __all__ = [
     "is_live",
     "may_write",
     "orphans",
+    "decide",
     "plan",
 ]
 
@@ -108,13 +109,31 @@ def plan(
     """
     live = {w.worker_id for w in workers if is_live(w, now, ttl)} | {me}
     active = [s for s in sessions if s.state == "active"]
-    share = fair_share(len(active), len(live), max_sessions)
-    mine = sorted((s for s in active if s.owner == me), key=lambda s: s.session_id)
-    limit = share + slack if max_sessions is None else min(share + slack, max_sessions)
-    release: tuple[tuple[str, int], ...] = ()
-    if len(mine) > limit:
-        # Down to the share, not the limit, so the others have room to take them.
-        release = tuple((s.session_id, s.epoch) for s in mine[share:])
+    mine = [(s.session_id, s.epoch) for s in active if s.owner == me]
     free = sum(1 for s in active if s.owner is None or s.owner not in live)
-    acquire = max(0, min(share - len(mine), free))
+    return decide(
+        mine, active=len(active), live=len(live), free=free, slack=slack, max_sessions=max_sessions
+    )
+
+
+def decide(
+    mine: Sequence[tuple[str, int]],
+    *,
+    active: int,
+    live: int,
+    free: int,
+    slack: int = 1,
+    max_sessions: int | None = None,
+) -> Plan:
+    """:func:`plan` from counts, as a directory reads them in one query: ``mine`` the
+    worker's active Sessions with their epochs, ``live`` the live workers counting
+    itself, ``free`` the orphans."""
+    share = fair_share(active, live, max_sessions)
+    limit = share + slack if max_sessions is None else min(share + slack, max_sessions)
+    held = sorted(mine)
+    release: tuple[tuple[str, int], ...] = ()
+    if len(held) > limit:
+        # Down to the share, not the limit, so the others have room to take them.
+        release = tuple(held[share:])
+    acquire = max(0, min(share - len(held), free))
     return Plan(acquire=acquire, release=release, share=share)
