@@ -1,0 +1,134 @@
+"""``serve_agent`` end to end: several AsyncFunctionRunners in one process share an
+Agent's Sessions on the emulator through one PostgreSQL database (or SQLite file)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from openagentcore import AsyncClient, Client
+from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
+from openagentcore.runner import AsyncFunctionRunner, current_call
+from openagentcore.runner._fleet_directory import open_directory
+from openagentcore.store import PostgresResultStore, ResultStore, SQLiteResultStore
+from openagentcore.types import FunctionCallItem, FunctionCallOutputItem
+
+POSTGRES_DSN_ENV = "OPENAGENTCORE_TEST_POSTGRES_DSN"
+ROUNDS = 3
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[], ResultStore]]:
+    if request.param == "sqlite":
+        yield lambda: SQLiteResultStore(tmp_path / "calls.db")
+        return
+    dsn = os.environ.get(POSTGRES_DSN_ENV)
+    if not dsn:
+        pytest.skip(f"set {POSTGRES_DSN_ENV} to run against PostgreSQL")
+    import psycopg
+
+    schema = f"oac_fleet_{secrets.token_hex(4)}"
+    yield lambda: PostgresResultStore(dsn, schema=schema, pool_size=2)
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def core() -> Iterator[LocalCore]:
+    steps = [(FunctionCall("charge", {"order": f"r{step}"}),) for step in range(ROUNDS)]
+    scenario = Scenario(turns=[TurnScript(steps=steps, answer="done")])
+    with LocalCore(scenario=scenario, keepalive_interval=0.5) as started:
+        yield started
+
+
+def outputs_per_call(client: Client, session_id: str) -> Counter[str]:
+    items = list(client.sessions.items.list(session_id, order="asc"))
+    calls = [i.call_id for i in items if isinstance(i, FunctionCallItem)]
+    outputs = Counter(i.call_id for i in items if isinstance(i, FunctionCallOutputItem))
+    return Counter({call: outputs[call] for call in calls})
+
+
+def test_workers_share_an_agents_sessions_and_run_each_call_once(
+    core: LocalCore, open_store: Callable[[], ResultStore]
+) -> None:
+    asyncio.run(share_an_agents_sessions(core, open_store))
+
+
+async def share_an_agents_sessions(core: LocalCore, open_store: Callable[[], ResultStore]) -> None:
+    effects: Counter[tuple[str, str]] = Counter()
+    by_worker: dict[int, set[str]] = {}
+    sync = Client(api_key=core.api_key, base_url=core.base_url)
+    runners = []
+    for worker in range(3):
+        client = AsyncClient(api_key=core.api_key, base_url=core.base_url)
+        runner = AsyncFunctionRunner(client, store=open_store(), poll_interval=0.2)
+
+        def charge(order: str, worker: int = worker) -> str:
+            """Charge the customer for an order."""
+            call = current_call()
+            effects[(call.session_id, call.call_id)] += 1
+            by_worker.setdefault(worker, set()).add(call.session_id)
+            return f"charged {order}"
+
+        runner.function(charge)
+        runners.append(runner)
+    agent = sync.agents.create(name="billing", model="scripted", tools=runners[0].tools)
+    serving = [
+        asyncio.create_task(
+            runner.serve_agent(
+                agent.id,
+                heartbeat_interval=0.2,
+                worker_ttl=2.0,
+                discovery_interval=0.2,
+                park_after=0.5,
+            )
+        )
+        for runner in runners
+    ]
+    watcher = open_directory(open_store())
+    async with asyncio.timeout(30):  # every worker is in before the Sessions exist
+        while len(watcher.status().workers) < 3:
+            await asyncio.sleep(0.05)
+    session_ids: list[str] = []
+    # More Sessions while the fleet runs: found by discovery, and one by adopt.
+    session_ids += [
+        sync.sessions.create(agent_id=agent.id, input=f"batch {n}").id for n in range(8)
+    ]
+    adopted = sync.sessions.create(agent_id=agent.id, input="adopted").id
+    await runners[1].adopt(adopted)
+    session_ids.append(adopted)
+
+    def settled() -> bool:
+        return all(
+            sync.sessions.retrieve(s).status == "idle" and len(outputs_per_call(sync, s)) == ROUNDS
+            for s in session_ids
+        )
+
+    async with asyncio.timeout(60):
+        while not settled():
+            await asyncio.sleep(0.1)
+    for runner in runners:
+        runner.stop()
+    reports = await asyncio.gather(*serving)
+    for runner in runners:
+        await runner.close()
+        await runner.client.close()
+    for session_id in session_ids:
+        counts = outputs_per_call(sync, session_id)
+        assert all(n == 1 for n in counts.values()), counts
+        for call_id in counts:
+            assert effects[(session_id, call_id)] == 1
+    assert len(effects) == ROUNDS * len(session_ids)
+    assert sum(report.acquired for report in reports) >= len(session_ids)
+    assert len(by_worker) >= 2, "one worker served every Session"
+    assert watcher.status().workers == []  # each handed its Sessions over and left
+    watcher.close()
+    sync.close()
