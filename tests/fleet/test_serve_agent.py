@@ -95,7 +95,7 @@ async def share_an_agents_sessions(core: LocalCore, open_store: Callable[[], Res
     ]
     watcher = open_directory(open_store())
     async with asyncio.timeout(30):  # every worker is in before the Sessions exist
-        while len(watcher.status().workers) < 3:
+        while len(watcher.status().workers) < 3:  # noqa: ASYNC110 (rows of other tasks)
             await asyncio.sleep(0.05)
     session_ids: list[str] = []
     # More Sessions while the fleet runs: found by discovery, and one by adopt.
@@ -113,7 +113,7 @@ async def share_an_agents_sessions(core: LocalCore, open_store: Callable[[], Res
         )
 
     async with asyncio.timeout(60):
-        while not settled():
+        while not settled():  # noqa: ASYNC110 (the server's state: no event to await)
             await asyncio.sleep(0.1)
     for runner in runners:
         runner.stop()

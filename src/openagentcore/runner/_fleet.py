@@ -271,9 +271,7 @@ class _Worker:
         event = self.loop.run_in_executor(None, self.directory.wait, seconds)
         waiters: set[asyncio.Future[Any]] = {stopped, event}
         try:
-            await asyncio.wait(
-                waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
-            )
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
 
