@@ -152,12 +152,23 @@ class _Worker:
             with on_shutdown_signal(self._on_signal):
                 while not self.stopping.is_set():
                     now = time.monotonic()
-                    if now >= next_discovery:
-                        await self._discover(sweep=now >= next_sweep)
-                        if now >= next_sweep:
-                            next_sweep = now + options.sweep_interval
-                        next_discovery = now + options.discovery_interval
-                    await self._round()
+                    try:
+                        if now >= next_discovery:
+                            await self._discover(sweep=now >= next_sweep)
+                            if now >= next_sweep:
+                                next_sweep = now + options.sweep_interval
+                            next_discovery = now + options.discovery_interval
+                        await self._round()
+                    except Exception as exc:
+                        # The database is unreachable: no heartbeat, so after the TTL
+                        # the others take these Sessions; the followers keep serving
+                        # meanwhile (the call claims keep that safe), and the next
+                        # round that reaches the database drops the ones taken.
+                        logger.warning(
+                            "The fleet's directory failed (%s); retrying in %s s",
+                            exc,
+                            options.heartbeat_interval,
+                        )
                     await self._wait(options.heartbeat_interval)
         except BaseException:
             # Failed or cancelled: nothing stopped the serves, so end them here.
@@ -268,7 +279,7 @@ class _Worker:
     async def _wait(self, seconds: float) -> None:
         """Until an ownership event (NOTIFY), ``stop()`` or ``seconds``."""
         stopped = asyncio.ensure_future(self.stopping.wait())
-        event = self.loop.run_in_executor(None, self.directory.wait, seconds)
+        event = asyncio.ensure_future(self._db(self.directory.wait, seconds))
         waiters: set[asyncio.Future[Any]] = {stopped, event}
         try:
             await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..store import MemoryResultStore, PostgresResultStore, ResultStore, SQLiteResultStore
+from ..store._postgres import _dead_peer_detection
 from ._fleet_core import Plan, decide
 
 if TYPE_CHECKING:
@@ -40,6 +41,11 @@ __all__ = [
     "SQLiteDirectory",
     "open_directory",
 ]
+
+#: Seconds to connect, and the limit on each statement: a directory that cannot answer
+#: within them is unreachable for this round.
+_CONNECT_TIMEOUT = 5
+_STATEMENT_TIMEOUT = "5s"
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 DEFAULT_TABLE = "openagentcore_calls"
@@ -322,7 +328,6 @@ class PostgresDirectory(Directory):
         table: str = DEFAULT_TABLE,
         group: str = "default",
     ) -> None:
-        import psycopg
 
         for field, name in (("schema", schema), ("table", table)):
             if not _NAME.fullmatch(name):
@@ -337,9 +342,7 @@ class PostgresDirectory(Directory):
         self._dsn = dsn
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self._connection: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(
-            dsn, autocommit=True, prepare_threshold=None
-        )
+        self._connection: psycopg.Connection[tuple[Any, ...]] = self._connect()
         self._listener: psycopg.Connection[tuple[Any, ...]] | None = None
         lock_id = int.from_bytes(
             hashlib.sha256(f"openagentcore.fleet:{schema}.{table}".encode()).digest()[:8],
@@ -355,6 +358,22 @@ class PostgresDirectory(Directory):
             for statement in self._schema():
                 cur.execute(statement)
 
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """A connection that gives up on a database gone from the network within
+        seconds, as the result store's do, so the loop notices and retries."""
+        import psycopg
+
+        conninfo = psycopg.conninfo.make_conninfo(
+            self._dsn, connect_timeout=_CONNECT_TIMEOUT, **_dead_peer_detection(self._dsn)
+        )
+        connection = psycopg.connect(conninfo, autocommit=True, prepare_threshold=None)
+        connection.execute(
+            "SELECT set_config('statement_timeout', %s, false), "
+            "set_config('lock_timeout', %s, false)",
+            (_STATEMENT_TIMEOUT, _STATEMENT_TIMEOUT),
+        )
+        return connection
+
     def __repr__(self) -> str:
         return f"PostgresDirectory(group={self.group!r}, sessions={self._sessions})"
 
@@ -362,11 +381,7 @@ class PostgresDirectory(Directory):
     def _tx(self) -> Iterator[Any]:
         with self._lock:
             if self._connection.closed:
-                import psycopg
-
-                self._connection = psycopg.connect(
-                    self._dsn, autocommit=True, prepare_threshold=None
-                )
+                self._connection = self._connect()
             with self._connection.transaction(), self._connection.cursor() as cur:
                 yield cur
 
@@ -381,7 +396,7 @@ class PostgresDirectory(Directory):
             return False
         try:
             if self._listener is None or self._listener.closed:
-                self._listener = psycopg.connect(self._dsn, autocommit=True)
+                self._listener = self._connect()
                 self._listener.execute(f"LISTEN {self._channel}")
             for _ in self._listener.notifies(timeout=timeout, stop_after=1):
                 return True
