@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from openagentcore import AsyncClient, Client
+from openagentcore import AsyncClient, Client, fleet
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner import AsyncFunctionRunner, current_call
 from openagentcore.runner._fleet_directory import open_directory
 from openagentcore.store import PostgresResultStore, ResultStore, SQLiteResultStore
-from openagentcore.types import FunctionCallItem, FunctionCallOutputItem
+from openagentcore.types import FunctionCallItem, FunctionCallOutputItem, InputMessageEvent
 
 POSTGRES_DSN_ENV = "OPENAGENTCORE_TEST_POSTGRES_DSN"
 ROUNDS = 3
@@ -130,5 +130,72 @@ async def share_an_agents_sessions(core: LocalCore, open_store: Callable[[], Res
     assert sum(report.acquired for report in reports) >= len(session_ids)
     assert len(by_worker) >= 2, "one worker served every Session"
     assert watcher.status().workers == []  # each handed its Sessions over and left
+    watcher.close()
+    sync.close()
+
+
+@pytest.mark.parametrize("woken_by", ["adopt", "sweep"])
+def test_a_parked_session_is_woken_by_adopt_or_by_the_sweep(
+    woken_by: str, open_store: Callable[[], ResultStore]
+) -> None:
+    turns = [TurnScript(steps=[(FunctionCall("charge", {"order": f"t{n}"}),)]) for n in range(2)]
+    with LocalCore(scenario=Scenario(turns=turns), keepalive_interval=0.5) as core:
+        asyncio.run(park_then_wake(core, open_store, woken_by))
+
+
+async def park_then_wake(
+    core: LocalCore, open_store: Callable[[], ResultStore], woken_by: str
+) -> None:
+    runs: Counter[str] = Counter()
+    sync = Client(api_key=core.api_key, base_url=core.base_url)
+    store = open_store()
+    runner = AsyncFunctionRunner(
+        AsyncClient(api_key=core.api_key, base_url=core.base_url), store=store, poll_interval=0.2
+    )
+
+    @runner.function
+    def charge(order: str) -> str:
+        """Charge the customer for an order."""
+        runs[current_call().call_id] += 1
+        return f"charged {order}"
+
+    agent = sync.agents.create(name="billing", model="scripted", tools=runner.tools)
+    session_id = sync.sessions.create(agent_id=agent.id, input="first").id
+    serving = asyncio.create_task(
+        runner.serve_agent(
+            agent.id,
+            heartbeat_interval=0.2,
+            worker_ttl=2.0,
+            discovery_interval=0.2,
+            park_after=0.2,
+            # Only the sweep's first pass (at start) when adopt must do the waking.
+            sweep_interval=3600.0 if woken_by == "adopt" else 0.5,
+        )
+    )
+    watcher = open_directory(open_store())
+
+    def state() -> str | None:
+        rows = [row for row in watcher.status().sessions if row[0] == session_id]
+        return rows[0][2] if rows else None
+
+    async with asyncio.timeout(60):
+        while state() != "parked":  # noqa: ASYNC110 (rows another task writes)
+            await asyncio.sleep(0.05)
+        assert len(outputs_per_call(sync, session_id)) == 1
+        sync.sessions.events.create(session_id, events=[InputMessageEvent.from_text("second")])
+        if woken_by == "adopt":
+            fleet.adopt(store, session_id, agent_id=agent.id)
+        while len(outputs_per_call(sync, session_id)) < 2 or (  # noqa: ASYNC110
+            sync.sessions.retrieve(session_id).status != "idle"
+        ):
+            await asyncio.sleep(0.05)
+    runner.stop()
+    report = await serving
+    await runner.close()
+    await runner.client.close()
+    counts = outputs_per_call(sync, session_id)
+    assert sorted(counts.values()) == [1, 1]
+    assert all(runs[call_id] == 1 for call_id in counts)
+    assert report.parked >= 1
     watcher.close()
     sync.close()

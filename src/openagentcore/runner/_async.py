@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing_extensions import Unpack
 
 from .._client import AsyncClient
-from ..store import ResultStore
 from ._base import RunnerOptions
 from ._driver import Driver
 from ._fleet import FleetOptions, FleetReport, serve_agent
@@ -21,14 +20,6 @@ from ._fleet_directory import Directory, open_directory
 from ._runtime import AsyncioRuntime
 
 __all__ = ["AsyncFunctionRunner"]
-
-
-def adopt_into(store: ResultStore | str, session_id: str, agent_id: str, group: str) -> None:
-    directory = open_directory(store, group=group)
-    try:
-        directory.adopt([(session_id, agent_id)])
-    finally:
-        directory.close()
 
 
 class AsyncFunctionRunner(Driver):
@@ -115,7 +106,9 @@ class AsyncFunctionRunner(Driver):
         if directory is not None and directory.group == group:
             await asyncio.to_thread(directory.adopt, [(session_id, agent_id)])
             return
-        await asyncio.to_thread(adopt_into, self.store, session_id, agent_id, group)
+        from ..fleet import adopt
+
+        await asyncio.to_thread(adopt, self.store, session_id, agent_id=agent_id, group=group)
 
     def _send_stop(self, force: bool) -> None:
         for stop in list(self._fleet_stops):

@@ -457,14 +457,21 @@ class SQLiteDirectory(Directory):
             self._connection.close()
 
 
-def open_directory(store: ResultStore | str, *, group: str = "default") -> Directory:
+def open_directory(
+    store: ResultStore | str,
+    *,
+    group: str = "default",
+    schema: str = "public",
+    table: str = DEFAULT_TABLE,
+) -> Directory:
     """The directory next to ``store``'s records: its PostgreSQL database (schema and
     table prefix), its SQLite file, or a private one for a memory store (one process).
-    A string is a PostgreSQL DSN (``postgresql://...``) or an SQLite path."""
+    A string is a PostgreSQL DSN (``postgresql://...``; ``schema`` and ``table`` name
+    the store's table) or an SQLite path."""
     if isinstance(store, str):
-        if store.startswith(("postgresql://", "postgres://")) or "=" in store:
-            return PostgresDirectory(store, group=group)
-        return SQLiteDirectory(store, group=group)
+        if store.lower().startswith(("postgresql://", "postgres://")):
+            return PostgresDirectory(store, schema=schema, table=table, group=group)
+        return SQLiteDirectory(store, table=table, group=group)
     if isinstance(store, PostgresResultStore):
         return PostgresDirectory(
             store._dsn, schema=store._schema, table=store._table_name, group=group
