@@ -17,12 +17,13 @@ stay the only gate for effects.
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,7 +70,7 @@ class FleetStatus:
     sessions: list[tuple[str, str, str, str | None, int]]
 
 
-class Directory:
+class Directory(abc.ABC):
     """The SQL both dialects share; subclasses open connections and run statements."""
 
     _p = "?"
@@ -85,24 +86,21 @@ class Directory:
 
     # -- what subclasses provide -------------------------------------------------------
 
-    @contextmanager
-    def _tx(self) -> Iterator[Any]:
-        """A transaction: yields a cursor-like object with ``execute``."""
-        raise NotImplementedError
-        yield
+    @abc.abstractmethod
+    def _tx(self) -> AbstractContextManager[Any]:
+        """A transaction: yields a DB-API cursor (``execute`` returns the cursor)."""
 
+    @abc.abstractmethod
     def _notify(self, cursor: Any) -> None:
-        """Tell the group's workers that ownership changed (nothing on SQLite)."""
+        """Tell the group's workers, at commit, that ownership changed."""
 
+    @abc.abstractmethod
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for an ownership event; True if one came."""
-        self._stopped.wait(timeout)
-        return False
 
+    @abc.abstractmethod
     def close(self) -> None:
-        self._stopped.set()
-
-    _stopped: threading.Event
+        """Close the connections; a ``wait`` under way returns within its timeout."""
 
     # -- schema ------------------------------------------------------------------------
 
@@ -450,6 +448,13 @@ class SQLiteDirectory(Directory):
                 cur.execute("ROLLBACK")
                 raise
             cur.execute("COMMIT")
+
+    def _notify(self, cursor: Any) -> None:
+        """Nothing: SQLite has no NOTIFY; the workers poll."""
+
+    def wait(self, timeout: float) -> bool:
+        self._stopped.wait(timeout)
+        return False
 
     def close(self) -> None:
         self._stopped.set()
