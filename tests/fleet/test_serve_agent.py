@@ -112,8 +112,11 @@ async def share_an_agents_sessions(core: LocalCore, open_store: Callable[[], Res
             for s in session_ids
         )
 
+    #: Open streams per followed Session, sampled while the fleet works.
+    samples: list[int] = []
     async with asyncio.timeout(60):
-        while not settled():  # noqa: ASYNC110 (the server's state: no event to await)
+        while not settled():
+            samples += core.stream_counts().values()
             await asyncio.sleep(0.1)
     for runner in runners:
         runner.stop()
@@ -129,6 +132,10 @@ async def share_an_agents_sessions(core: LocalCore, open_store: Callable[[], Res
     assert len(effects) == ROUNDS * len(session_ids)
     assert sum(report.acquired for report in reports) >= len(session_ids)
     assert len(by_worker) >= 2, "one worker served every Session"
+    # One follower per Session: a second stream only while one is being replaced.
+    assert samples
+    doubled = sum(1 for count in samples if count > 1)
+    assert doubled <= len(samples) // 20, samples
     assert watcher.status().workers == []  # each handed its Sessions over and left
     watcher.close()
     sync.close()
