@@ -132,8 +132,15 @@ class _Worker:
         self.cursors: dict[str, str | None] = dict.fromkeys(self.agent_ids)
 
     async def _db(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A directory statement, off the loop (the directory's I/O blocks)."""
-        return await asyncio.to_thread(functools.partial(work, *args, **kwargs))
+        """A directory statement, off the loop (the directory's I/O blocks). One that
+        takes longer than the TTL (this worker has lapsed by then anyway) is
+        interrupted, so a silent network cannot hold the worker forever."""
+        statement = asyncio.to_thread(functools.partial(work, *args, **kwargs))
+        try:
+            return await asyncio.wait_for(statement, self.options.worker_ttl)
+        except TimeoutError:
+            self.directory.interrupt()
+            raise
 
     def stop_soon(self) -> None:
         """Safe from any thread and from a signal handler."""

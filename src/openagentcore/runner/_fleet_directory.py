@@ -18,8 +18,11 @@ stay the only gate for effects.
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
+import os
 import re
+import socket
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -101,6 +104,10 @@ class Directory(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Close the connections; a ``wait`` under way returns within its timeout."""
+
+    @abc.abstractmethod
+    def interrupt(self) -> None:
+        """Make a statement stuck on a silent network fail now."""
 
     # -- schema ------------------------------------------------------------------------
 
@@ -365,10 +372,13 @@ class PostgresDirectory(Directory):
             self._dsn, connect_timeout=_CONNECT_TIMEOUT, **_dead_peer_detection(self._dsn)
         )
         connection = psycopg.connect(conninfo, autocommit=True, prepare_threshold=None)
+        # A transaction left open by a worker cut off mid-way would keep its Sessions'
+        # rows locked, and SKIP LOCKED would skip them: the server ends it.
         connection.execute(
             "SELECT set_config('statement_timeout', %s, false), "
-            "set_config('lock_timeout', %s, false)",
-            (_STATEMENT_TIMEOUT, _STATEMENT_TIMEOUT),
+            "set_config('lock_timeout', %s, false), "
+            "set_config('idle_in_transaction_session_timeout', %s, false)",
+            (_STATEMENT_TIMEOUT, _STATEMENT_TIMEOUT, _STATEMENT_TIMEOUT),
         )
         return connection
 
@@ -402,6 +412,21 @@ class PostgresDirectory(Directory):
             self._listener = None
             self._stopped.wait(timeout)  # polling is the fallback
         return False
+
+    def interrupt(self) -> None:
+        """Shut the connections' sockets down: a thread waiting on a database gone
+        silent (a network cut acknowledges nothing and says nothing, for as long as TCP
+        keeps the connection) fails at once, releasing the directory, and the next
+        statement reconnects."""
+        import psycopg
+
+        for connection in (self._connection, self._listener):
+            if connection is None or connection.closed:
+                continue
+            with contextlib.suppress(psycopg.Error, OSError):
+                descriptor = os.dup(connection.pgconn.socket)
+                with socket.socket(fileno=descriptor) as stuck:
+                    stuck.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._stopped.set()
@@ -455,6 +480,9 @@ class SQLiteDirectory(Directory):
     def wait(self, timeout: float) -> bool:
         self._stopped.wait(timeout)
         return False
+
+    def interrupt(self) -> None:
+        """Nothing: a local file does not go silent (a lock wait ends at its timeout)."""
 
     def close(self) -> None:
         self._stopped.set()
