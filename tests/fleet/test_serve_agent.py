@@ -206,3 +206,39 @@ async def park_then_wake(
     assert report.parked >= 1
     watcher.close()
     sync.close()
+
+
+def test_an_adopted_session_that_does_not_exist_is_parked_not_retried(
+    core: LocalCore, open_store: Callable[[], ResultStore]
+) -> None:
+    asyncio.run(adopt_a_missing_session(core, open_store))
+
+
+async def adopt_a_missing_session(core: LocalCore, open_store: Callable[[], ResultStore]) -> None:
+    sync = Client(api_key=core.api_key, base_url=core.base_url)
+    store = open_store()
+    runner = AsyncFunctionRunner(
+        AsyncClient(api_key=core.api_key, base_url=core.base_url), store=store
+    )
+    agent = sync.agents.create(name="billing", model="scripted")
+    serving = asyncio.create_task(
+        runner.serve_agent(agent.id, heartbeat_interval=0.2, worker_ttl=2.0)
+    )
+    missing = "sess_0000000000000000000000000000dead"
+    await runner.adopt(missing, agent_id=agent.id)
+    watcher = open_directory(open_store())
+
+    def state() -> str | None:
+        rows = [row for row in watcher.status().sessions if row[0] == missing]
+        return rows[0][2] if rows else None
+
+    async with asyncio.timeout(60):
+        while state() != "parked":  # noqa: ASYNC110 (rows another task writes)
+            await asyncio.sleep(0.05)
+    runner.stop()
+    report = await serving
+    await runner.close()
+    await runner.client.close()
+    assert report.acquired == 1  # taken once, then parked: not taken again
+    watcher.close()
+    sync.close()

@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._base import ServeTimeout
+from .._errors import NotFoundError
+from ._base import RunnerError, ServeTimeout
 from ._fleet_directory import Directory
 from ._signals import on_shutdown_signal
 
@@ -91,6 +92,12 @@ class FleetReport:
     calls_run: int = 0
     handed_over: int = 0
     sessions: set[str] = field(default_factory=set)
+
+
+def _session_gone(error: Exception) -> bool:
+    """The serve ended because the API says the Session does not exist."""
+    cause = error.__cause__ if isinstance(error, RunnerError) else error
+    return isinstance(cause, NotFoundError) and not cause.route_missing
 
 
 def new_worker_id() -> str:
@@ -251,9 +258,12 @@ class _Worker:
                 if await self._db(self.directory.park, self.report.worker_id, session_id, epoch):
                     self.report.parked += 1
                 return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except Exception as exc:
+            if _session_gone(exc):
+                # Deleted (or never there): parked, so no worker takes it again.
+                logger.warning("Session %s no longer exists; parking it", session_id)
+                await self._db(self.directory.park, self.report.worker_id, session_id, epoch)
+                return
             # Given back at the next round; another worker (or this one) tries again.
             logger.exception("Serving Session %s failed", session_id)
 

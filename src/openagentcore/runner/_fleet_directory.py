@@ -267,16 +267,16 @@ class Directory(abc.ABC):
             else "DO NOTHING"
         )
         with self._tx() as cur:
-            for session_id, agent_id in sessions:
-                cur.execute(
-                    self._sql(
-                        f"INSERT INTO {self._sessions} (group_name, session_id, agent_id, "
-                        f"state, owner, epoch, updated_at) VALUES (%s, %s, %s, 'active', NULL, "
-                        f"0, {self._now}) ON CONFLICT (group_name, session_id) {on_conflict}"
-                    ),
-                    (self.group, session_id, agent_id),
-                )
-            self._notify(cur)
+            cur.executemany(
+                self._sql(
+                    f"INSERT INTO {self._sessions} (group_name, session_id, agent_id, "
+                    f"state, owner, epoch, updated_at) VALUES (%s, %s, %s, 'active', NULL, "
+                    f"0, {self._now}) ON CONFLICT (group_name, session_id) {on_conflict}"
+                ),
+                [(self.group, session_id, agent_id) for session_id, agent_id in sessions],
+            )
+            if cur.rowcount:  # a sweep that finds nothing new wakes nobody
+                self._notify(cur)
 
     def release_session(self, session_id: str) -> bool:
         """An operator's release: whoever owns the Session loses it (the epoch moves, so
