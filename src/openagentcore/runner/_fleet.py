@@ -81,7 +81,11 @@ class FleetOptions:
 
 @dataclass(slots=True)
 class FleetReport:
-    """What one worker did in ``serve_agent``."""
+    """What one worker did in ``serve_agent``: Sessions ``acquired``, ``released`` to
+    make room for others, ``parked``, lost to another worker (``fenced``),
+    ``discovered`` by listing and ``handed_over`` on exit. ``calls_run`` adds up the
+    serves' reports, so a call that ended while none of its Session's serves was
+    attached (between two) is not in it: a lower bound."""
 
     worker_id: str
     acquired: int = 0
