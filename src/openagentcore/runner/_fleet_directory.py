@@ -51,6 +51,9 @@ __all__ = [
 _CONNECT_TIMEOUT = 5
 _STATEMENT_TIMEOUT = "5s"
 
+#: How long a worker woken by NOTIFY keeps draining notifications before its round.
+_COALESCE = 0.02
+
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 DEFAULT_TABLE = "openagentcore_calls"
 
@@ -406,10 +409,16 @@ class PostgresDirectory(Directory):
             if self._listener is None or self._listener.closed:
                 self._listener = self._connect()
                 self._listener.execute(f"LISTEN {self._channel}")
-            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-                return True
-        except psycopg.OperationalError:
-            self._listener = None
+            woken = any(True for _ in self._listener.notifies(timeout=timeout, stop_after=1))
+            if woken:
+                # A burst (many adopts, a worker leaving) is one round, not one each.
+                for _ in self._listener.notifies(timeout=_COALESCE):
+                    pass
+            return woken
+        except psycopg.Error:  # lost, or closed under it by close()/interrupt()
+            listener, self._listener = self._listener, None
+            if listener is not None:
+                listener.close()
             self._stopped.wait(timeout)  # polling is the fallback
         return False
 
