@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 __all__ = ["add_fleet", "add_worker"]
@@ -47,8 +48,11 @@ def add_worker(new: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def add_fleet(
-    new: Callable[..., argparse.ArgumentParser], store_options: Callable[..., None]
+    new: Callable[..., argparse.ArgumentParser],
+    new_action: Callable[..., argparse.ArgumentParser],
+    store_options: Callable[..., None],
 ) -> None:
+    """``new`` makes a subcommand; ``new_action(actions, name, ...)`` one of its actions."""
     fleet = new(
         "fleet",
         help="see and change which worker follows which Session",
@@ -60,8 +64,8 @@ def add_fleet(
         ("adopt", "hand a Session to the fleet now (wakes it if parked)"),
         ("release", "take a Session from its owner; a live worker takes it"),
     ):
-        action = actions.add_parser(name, help=help_text, description=help_text)
-        action.set_defaults(command_parser=action, handler=run_fleet, fleet_command=name)
+        action = new_action(actions, name, help=help_text, description=help_text)
+        action.set_defaults(handler=run_fleet, fleet_command=name)
         store_options(action, required=True)
         action.add_argument("--group", default="default")
         if name == "status":
@@ -80,6 +84,13 @@ def _directory(args: argparse.Namespace) -> Any:
     if spec.lower().startswith(("postgresql://", "postgres://")):
         return PostgresDirectory(
             spec, schema=args.schema or "public", table=table, group=args.group
+        )
+    if not Path(spec).is_file():
+        from .cli import EXIT_STORE, CommandError
+
+        raise CommandError(
+            EXIT_STORE,
+            f"no result store at {spec} (this command never creates one); check --store",
         )
     return SQLiteDirectory(spec, table=table, group=args.group)
 

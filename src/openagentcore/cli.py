@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pending(subcommands)
     _add_recover(subcommands)
     add_worker(functools.partial(_new_subcommand, subcommands))
-    add_fleet(functools.partial(_new_subcommand, subcommands), _store_options)
+    add_fleet(functools.partial(_new_subcommand, subcommands), _new_subcommand, _store_options)
     return parser
 
 
