@@ -14,7 +14,7 @@ import pytest
 
 from openagentcore import AsyncClient, Client, fleet
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
-from openagentcore.runner import AsyncFunctionRunner, current_call
+from openagentcore.runner import AsyncFunctionRunner, RunnerError, current_call
 from openagentcore.runner._fleet_directory import open_directory
 from openagentcore.store import PostgresResultStore, ResultStore, SQLiteResultStore
 from openagentcore.types import FunctionCallItem, FunctionCallOutputItem, InputMessageEvent
@@ -242,3 +242,29 @@ async def adopt_a_missing_session(core: LocalCore, open_store: Callable[[], Resu
     assert report.acquired == 1  # taken once, then parked: not taken again
     watcher.close()
     sync.close()
+
+
+def test_a_second_serve_agent_on_one_runner_is_refused(
+    core: LocalCore, open_store: Callable[[], ResultStore]
+) -> None:
+    asyncio.run(serve_agent_twice(core, open_store))
+
+
+async def serve_agent_twice(core: LocalCore, open_store: Callable[[], ResultStore]) -> None:
+    runner = AsyncFunctionRunner(
+        AsyncClient(api_key=core.api_key, base_url=core.base_url), store=open_store()
+    )
+    serving = asyncio.create_task(runner.serve_agent("agent_a", heartbeat_interval=0.2))
+    watcher = open_directory(open_store())
+    async with asyncio.timeout(60):
+        while not watcher.status().workers:  # noqa: ASYNC110 (rows another task writes)
+            await asyncio.sleep(0.05)
+    with pytest.raises(RunnerError, match="already running"):
+        await runner.serve_agent("agent_b")
+    runner.stop()
+    report = await serving
+    assert watcher.status().workers == []
+    assert report.acquired == 0
+    await runner.close()
+    await runner.client.close()
+    watcher.close()

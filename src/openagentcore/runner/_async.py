@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing_extensions import Unpack
 
 from .._client import AsyncClient
-from ._base import RunnerOptions
+from ._base import RunnerError, RunnerOptions
 from ._driver import Driver
 from ._fleet import FleetOptions, FleetReport, serve_agent
 from ._fleet_directory import Directory, open_directory
@@ -80,6 +80,13 @@ class AsyncFunctionRunner(Driver):
             if directory is None
             else directory
         )
+        if self._fleet_directory is not None:  # checked after the await: no race
+            if own:
+                opened.close()
+            raise RunnerError(
+                "serve_agent is already running on this runner; pass every Agent to that "
+                "call (serve_agent(agent_a, agent_b)) or use another runner for another group"
+            )
         self._fleet_directory = opened
         try:
             return await serve_agent(
