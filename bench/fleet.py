@@ -11,6 +11,15 @@ the store's claims. Timing starts when every worker has opened its store and is 
 go, and stops when the last one returns (every Session idle). Prints a markdown table
 (median of ``--runs``) and writes ``bench/fleet_results.json``.
 
+With ``--mode agent split [all] --output FILE`` it compares, on PostgreSQL, workers that
+share the Sessions by themselves (``agent``: ``serve_agent``, the Sessions created with
+a saved Agent), workers given a share each by hand (``split``) and workers that all
+serve every Session (``all``), and writes ``{"rows": [{"mode", "workers",
+"cpu_ms_per_call", "calls_per_s"}, ...]}`` to FILE. In ``agent`` mode the clock starts
+once every worker has joined, includes creating and adopting the Sessions, and stops
+once every Session is idle (the driver asks the emulator every 50 ms); the workers are
+then stopped with SIGTERM.
+
 The PostgreSQL DSN comes from ``--dsn`` or ``OPENAGENTCORE_TEST_POSTGRES_DSN``; each
 run uses a fresh schema, dropped afterwards.
 """
@@ -23,6 +32,7 @@ import json
 import os
 import platform
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,10 +55,15 @@ EMULATOR_OPTIONS = ("--port", "0", "--keepalive", "5", "--scenario")
 # -- the worker process ------------------------------------------------------------------
 
 
+#: Functions this worker process ran (the agent mode counts here: its serves come and go).
+RUNS = [0]
+
+
 def register(runner: FunctionRunner | AsyncFunctionRunner) -> None:
     @runner.function
     def work(n: int) -> int:
         """Do nothing useful: the benchmark measures the runner, not the function."""
+        RUNS[0] += 1
         return n
 
 
@@ -58,7 +73,9 @@ def worker_main(sessions_file: Path, store_spec: str, share: str) -> None:
     ``share`` is ``all`` or ``I/N``: serve every N-th Session starting at the I-th.
     """
     session_ids: list[str] = json.loads(sessions_file.read_text())
-    if share != "all":
+    if share.startswith("agent:"):
+        session_ids = []
+    elif share != "all":
         index, count = (int(part) for part in share.split("/"))
         session_ids = session_ids[index::count]
     kind, _, where = store_spec.partition(":")
@@ -68,9 +85,13 @@ def worker_main(sessions_file: Path, store_spec: str, share: str) -> None:
         schema, table = where.split(".")
         store = PostgresResultStore(os.environ[DSN_ENV], schema=schema, table=table)
     print("ready", flush=True)
-    sys.stdin.readline()
+    if not share.startswith("agent:"):  # an agent worker joins the fleet at once
+        sys.stdin.readline()
     started = time.process_time()
-    calls_run = asyncio.run(_serve(session_ids, store))
+    if share.startswith("agent:"):
+        calls_run = asyncio.run(_serve_agent(share.removeprefix("agent:"), store))
+    else:
+        calls_run = asyncio.run(_serve(session_ids, store))
     cpu = time.process_time() - started
     print(json.dumps({"calls_run": calls_run, "cpu_seconds": cpu}), flush=True)
 
@@ -89,6 +110,18 @@ async def _serve(session_ids: list[str], store: SQLiteResultStore | PostgresResu
     if not_idle:
         raise SystemExit(f"Sessions not idle at the end: {not_idle}")
     return sum(report.calls_run for report in reports)
+
+
+async def _serve_agent(agent_id: str, store: SQLiteResultStore | PostgresResultStore) -> int:
+    """Serve the Agent's Sessions with the other workers until SIGTERM."""
+    async with AsyncClient() as client:
+        runner = AsyncFunctionRunner(client, store=store)
+        register(runner)
+        try:
+            await runner.serve_agent(agent_id)
+        finally:
+            await runner.close()
+    return RUNS[0]
 
 
 # -- the driver --------------------------------------------------------------------------
@@ -145,6 +178,124 @@ def tools() -> list[dict[str, Any]]:
     with client, FunctionRunner(client, store=MemoryResultStore()) as runner:
         register(runner)
         return runner.tools
+
+
+def agent_run(workload: Workload, workers: int, dsn: str) -> RunResult:
+    """``workers`` processes run ``serve_agent``; once all have joined the fleet the
+    clock starts and the Sessions are created and adopted one by one (timed too); it
+    stops when every Session is idle."""
+    from openagentcore.runner._fleet_directory import PostgresDirectory
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        scenario_file = workdir / "scenario.json"
+        scenario_file.write_text(json.dumps(workload.scenario()))
+        emulator = Emulator(scenario_file)
+        schema = f"oac_bench_{secrets.token_hex(4)}"
+        env = {**os.environ, **emulator.env, DSN_ENV: dsn}
+        client = Client(
+            api_key=env["OPENAGENTCORE_API_KEY"], base_url=env["OPENAGENTCORE_BASE_URL"]
+        )
+        processes: list[subprocess.Popen[str]] = []
+        try:
+            agent = client.agents.create(name="bench", model="scripted", tools=tools())
+            sessions_file = workdir / "sessions.json"
+            sessions_file.write_text("[]")
+            command = [sys.executable, __file__, "worker", str(sessions_file)]
+            spec = f"postgres:{schema}.calls"
+            processes = [
+                subprocess.Popen(
+                    [*command, spec, f"agent:{agent.id}"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(workers)
+            ]
+            for process in processes:
+                assert process.stdout is not None
+                assert process.stdout.readline().strip() == "ready", "a worker failed to start"
+            directory = PostgresDirectory(dsn, schema=schema, table="calls")
+            while len(directory.status().workers) < workers:
+                time.sleep(0.05)
+            started = time.perf_counter()
+            session_ids = []
+            for n in range(workload.sessions):
+                # As a web application does: create, then hand it to the fleet at once.
+                session_id = client.sessions.create(agent_id=agent.id, input=f"job {n}").id
+                directory.adopt([(session_id, agent.id)])
+                session_ids.append(session_id)
+            directory.close()
+            pending = set(session_ids)
+            while pending:
+                time.sleep(0.05)
+                pending = {s for s in pending if client.sessions.retrieve(s).status != "idle"}
+            seconds = time.perf_counter() - started
+            summaries = []
+            for process in processes:
+                process.send_signal(signal.SIGTERM)
+            for process in processes:
+                assert process.stdout is not None
+                output = process.stdout.read()
+                if process.wait() != 0:
+                    raise RuntimeError(f"a worker failed (exit {process.returncode})")
+                summaries.append(json.loads(output.strip().splitlines()[-1]))
+            return RunResult(
+                seconds=seconds,
+                worker_cpu_seconds=sum(s["cpu_seconds"] for s in summaries),
+                calls_run=sum(s["calls_run"] for s in summaries),
+            )
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+            client.close()
+            emulator.stop()
+            _drop_schema(dsn, schema)
+
+
+def modes_main(args: argparse.Namespace) -> None:
+    """``--mode``: the rows the fleet's numbers are checked against."""
+    if not args.dsn:
+        raise SystemExit(f"set {DSN_ENV} or pass --dsn to benchmark the modes on PostgreSQL")
+    workload = Workload(args.sessions, args.rounds, args.calls)
+    rows = []
+    for mode in args.mode:
+        for workers in args.workers:
+            runs = [
+                agent_run(workload, workers, args.dsn)
+                if mode == "agent"
+                else one_run(workload, workers, "postgres", args.dsn, partitioned=mode == "split")
+                for _ in range(args.runs)
+            ]
+            for run in runs:
+                if run.calls_run != workload.total_calls:
+                    raise RuntimeError(
+                        f"{mode} x{workers}: {run.calls_run} calls run, "
+                        f"{workload.total_calls} expected"
+                    )
+            seconds = statistics.median(run.seconds for run in runs)
+            cpu = statistics.median(run.worker_cpu_seconds for run in runs)
+            row = {
+                "mode": mode,
+                "workers": workers,
+                "cpu_ms_per_call": round(1000 * cpu / workload.total_calls, 2),
+                "calls_per_s": round(workload.total_calls / seconds, 1),
+                "runs": [asdict(run) for run in runs],
+            }
+            rows.append(row)
+            print(
+                f"{mode} x{workers}: {row['calls_per_s']} calls/s, "
+                f"{row['cpu_ms_per_call']} ms CPU per call",
+                file=sys.stderr,
+            )
+    document = {
+        "machine": {**machine(), "postgres": _postgres_version(args.dsn)},
+        "workload": {**asdict(workload), "total_calls": workload.total_calls},
+        "rows": rows,
+    }
+    Path(args.output).write_text(json.dumps(document, indent=2) + "\n")
 
 
 def one_run(
@@ -329,7 +480,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=4)
     parser.add_argument("--workers", type=int, nargs="+", default=list(POSTGRES_WORKERS))
-    driver_main(parser.parse_args(argv))
+    parser.add_argument("--mode", nargs="+", choices=("agent", "split", "all"))
+    parser.add_argument("--output", default=str(RESULTS.with_name("fleet_modes.json")))
+    args = parser.parse_args(argv)
+    if args.mode:
+        modes_main(args)
+    else:
+        driver_main(args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import os
@@ -21,6 +22,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+
+from ._fleet_cli import add_fleet, add_worker
 
 if TYPE_CHECKING:
     from . import Client, FunctionRunner
@@ -128,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calls(subcommands)
     _add_pending(subcommands)
     _add_recover(subcommands)
+    add_worker(functools.partial(_new_subcommand, subcommands))
+    add_fleet(functools.partial(_new_subcommand, subcommands), _new_subcommand, _store_options)
     return parser
 
 

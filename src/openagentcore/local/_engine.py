@@ -254,6 +254,12 @@ class Engine:
         log.readers.add(subscriber)
         return subscriber
 
+    def stream_counts(self) -> dict[str, int]:
+        """Open event streams per Session (Sessions without one are left out)."""
+        return {
+            session_id: len(log.readers) for session_id, log in self._logs.items() if log.readers
+        }
+
     def close_streams(self) -> None:
         """End every open stream, e.g. before the server shuts down."""
         for log in self._logs.values():

@@ -188,6 +188,18 @@ class LocalCore:
 
         return asyncio.run_coroutine_threadsafe(read(), loop).result(timeout=_STARTUP_TIMEOUT)
 
+    def stream_counts(self) -> dict[str, int]:
+        """The event streams open now, per Session with any: to check that a fleet
+        follows each Session once. Read on the server loop, like :meth:`stored_results`."""
+        engine, loop = self._engine, self._loop
+        if engine is None or loop is None:
+            raise RuntimeError("LocalCore is not running")
+
+        async def read() -> dict[str, int]:
+            return engine.stream_counts()
+
+        return asyncio.run_coroutine_threadsafe(read(), loop).result(timeout=_STARTUP_TIMEOUT)
+
 
 def _bind(host: str, port: int) -> socket.socket:
     # An explicit IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections;

@@ -4,6 +4,7 @@ from ._async import AsyncFunctionRunner
 from ._base import RunnerError, ServeTimeout
 from ._context import CallContext, Cancellation, current_call
 from ._core import InDoubtCall, InDoubtDecision, PendingCall
+from ._fleet import FleetReport
 from ._output import StructuredOutputError, structured_output
 from ._registry import ArgumentsError, RegisteredFunction
 from ._report import ServeReport, TurnResult
@@ -17,6 +18,7 @@ __all__ = [
     "AsyncFunctionRunner",
     "CallContext",
     "Cancellation",
+    "FleetReport",
     "FunctionRunner",
     "InDoubtCall",
     "InDoubtDecision",

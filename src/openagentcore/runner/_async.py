@@ -7,11 +7,16 @@ store, the application's hooks and plain functions.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
 from typing_extensions import Unpack
 
 from .._client import AsyncClient
-from ._base import RunnerOptions
+from ._base import RunnerError, RunnerOptions
 from ._driver import Driver
+from ._fleet import FleetOptions, FleetReport, serve_agent
+from ._fleet_directory import Directory, open_directory
 from ._runtime import AsyncioRuntime
 
 __all__ = ["AsyncFunctionRunner"]
@@ -32,6 +37,94 @@ class AsyncFunctionRunner(Driver):
         self.client = client
         self._rt = AsyncioRuntime(self.max_concurrency)
         self._start_driver()
+        #: How ``stop()`` reaches each running ``serve_agent``.
+        self._fleet_stops: set[Callable[[], None]] = set()
+        #: The directory of the ``serve_agent`` running now, for ``adopt``.
+        self._fleet_directory: Directory | None = None
+
+    async def serve_agent(
+        self,
+        agent_id: str,
+        *more_agent_ids: str,
+        group: str = "default",
+        max_sessions: int | None = None,
+        directory: Directory | None = None,
+        heartbeat_interval: float = 1.0,
+        worker_ttl: float = 10.0,
+        park_after: float = 30.0,
+        discovery_interval: float = 2.0,
+        sweep_interval: float = 60.0,
+    ) -> FleetReport:
+        """Serve every Session of these Agents, shared with the other workers of
+        ``group``, until :meth:`stop`, SIGINT or SIGTERM; then hand the Sessions over.
+
+        Workers share Sessions through rows next to the result store's records (its
+        PostgreSQL database, or its SQLite file for processes on one host): each
+        follows at most its fair share, a worker whose heartbeat lapses for
+        ``worker_ttl`` seconds loses its Sessions to the others, and an idle Session is
+        parked after ``park_after`` seconds. Ownership saves work; the call claims stay
+        what makes each call run once. See docs/fleet.md.
+        """
+        if max_sessions is not None and max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, got {max_sessions!r}")
+        options = FleetOptions(
+            heartbeat_interval=heartbeat_interval,
+            worker_ttl=worker_ttl,
+            park_after=park_after,
+            discovery_interval=discovery_interval,
+            sweep_interval=sweep_interval,
+        )
+        own = directory is None
+        opened = (
+            await asyncio.to_thread(open_directory, self.store, group=group)
+            if directory is None
+            else directory
+        )
+        if self._fleet_directory is not None:  # checked after the await: no race
+            if own:
+                opened.close()
+            raise RunnerError(
+                "serve_agent is already running on this runner; pass every Agent to that "
+                "call (serve_agent(agent_a, agent_b)) or use another runner for another group"
+            )
+        self._fleet_directory = opened
+        try:
+            return await serve_agent(
+                self,
+                [agent_id, *more_agent_ids],
+                directory=opened,
+                options=options,
+                max_sessions=max_sessions,
+            )
+        finally:
+            self._fleet_directory = None
+            if own:
+                opened.close()
+
+    async def adopt(
+        self, session_id: str, *, agent_id: str | None = None, group: str = "default"
+    ) -> None:
+        """Hand ``session_id`` to the fleet now (and wake it if parked): a worker takes
+        it at once instead of at the next discovery. Idempotent. Without ``agent_id``,
+        the Session is read to find its Agent."""
+        if agent_id is None:
+            agent_id = (await self.client.sessions.retrieve(session_id)).agent.id
+        directory = self._fleet_directory
+        if directory is not None and directory.group == group:
+            await asyncio.to_thread(directory.adopt, [(session_id, agent_id)])
+            return
+        from ..fleet import adopt
+
+        await asyncio.to_thread(adopt, self.store, session_id, agent_id=agent_id, group=group)
+
+    def _send_stop(self, force: bool) -> None:
+        for stop in list(self._fleet_stops):
+            stop()
+        super()._send_stop(force)
+
+    def _stop_from_signal_if_started(self) -> None:
+        if self._inbox is not None:
+            self._stop_from_signal()
 
     async def __aenter__(self) -> AsyncFunctionRunner:
         return self

@@ -223,6 +223,8 @@ class PostgresResultStore(SQLResultStore):
 
         self._schema = schema
         self._table_name = table
+        #: For the fleet's directory, which opens its own connections to this database.
+        self._dsn = dsn
         #: Where the records live, for log lines: the DSN without its password.
         self.location = f"{_without_password(dsn)} table {schema}.{table}"
         # The server cannot do it now: down, restarting, or a read-only standby during a

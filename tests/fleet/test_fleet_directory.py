@@ -1,0 +1,157 @@
+"""The fleet's directories on real PostgreSQL and a real SQLite file: several
+directories in one process, as several workers see them."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from openagentcore.runner._fleet_directory import Directory, PostgresDirectory, SQLiteDirectory
+
+POSTGRES_DSN_ENV = "OPENAGENTCORE_TEST_POSTGRES_DSN"
+TTL = 0.5
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_directory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[], Directory]]:
+    opened: list[Directory] = []
+    if request.param == "sqlite":
+        path = tmp_path / "fleet.db"
+
+        def make() -> Directory:
+            opened.append(SQLiteDirectory(path))
+            return opened[-1]
+
+        yield make
+    else:
+        dsn = os.environ.get(POSTGRES_DSN_ENV)
+        if not dsn:
+            pytest.skip(f"set {POSTGRES_DSN_ENV} to run against PostgreSQL")
+        import psycopg
+
+        schema = f"oac_fleet_{secrets.token_hex(4)}"
+
+        def make() -> Directory:
+            opened.append(PostgresDirectory(dsn, schema=schema))
+            return opened[-1]
+
+        yield make
+        for directory in opened:
+            directory.close()
+        opened.clear()
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    for directory in opened:
+        directory.close()
+
+
+def tick(directory: Directory, worker: str, ttl: float = 60.0) -> dict[str, int]:
+    """One round of a worker's loop; returns what it owns after it."""
+    directory.heartbeat(worker)
+    plan, held = directory.plan(worker, ttl=ttl, slack=1, max_sessions=None)
+    directory.release(worker, plan.release)
+    for session_id, _ in plan.release:
+        held.pop(session_id)
+    for taken in directory.acquire(worker, plan.acquire, ttl=ttl):
+        held[taken.session_id] = taken.epoch
+    return held
+
+
+SESSIONS = [(f"sess_{n:02}", "agent_a") for n in range(10)]
+
+
+def test_two_workers_split_the_adopted_sessions_without_overlap(
+    open_directory: Callable[[], Directory],
+) -> None:
+    a, b = open_directory(), open_directory()
+    a.adopt(SESSIONS)
+    a.adopt(SESSIONS)  # idempotent
+    first = tick(a, "a")
+    assert len(first) == 10  # alone, it takes everything
+    b.heartbeat("b")
+    tick(a, "a")  # now it sees b: gives back down to its share
+    held_b = tick(b, "b")
+    held_a = tick(a, "a")
+    assert len(held_a) == 5
+    assert len(held_b) == 5
+    assert not set(held_a) & set(held_b)
+    status = a.status()
+    owners = {owner for _, _, _, owner, _ in status.sessions}
+    assert owners == {"a", "b"}
+
+
+def test_a_lapsed_worker_loses_its_sessions_and_is_fenced(
+    open_directory: Callable[[], Directory],
+) -> None:
+    a, b = open_directory(), open_directory()
+    a.adopt(SESSIONS[:4])
+    held_a = tick(a, "a", ttl=TTL)
+    assert len(held_a) == 4
+    deadline = time.monotonic() + 30
+    held_b: dict[str, int] = {}
+    while len(held_b) < 4:  # a stops heartbeating: within the TTL b has them all
+        assert time.monotonic() < deadline, "b never took the lapsed worker's Sessions"
+        held_b = tick(b, "b", ttl=TTL)
+    assert all(held_b[s] == held_a[s] + 1 for s in held_a)
+    # a comes back: its writes at the old epochs change nothing.
+    assert a.release("a", held_a.items()) == 0
+    session_id = next(iter(held_a))
+    assert not a.park("a", session_id, held_a[session_id])
+    _, still = a.plan("a", ttl=TTL, slack=1, max_sessions=None)
+    assert still == {}
+    assert tick(b, "b", ttl=TTL) == held_b
+
+
+def test_leave_hands_over_at_once_and_notifies(open_directory: Callable[[], Directory]) -> None:
+    a, b = open_directory(), open_directory()
+    a.adopt(SESSIONS[:3])
+    assert len(tick(a, "a")) == 3
+    b.heartbeat("b")
+    heard = threading.Event()
+    if isinstance(b, PostgresDirectory):
+        b.wait(0.01)  # start listening before the event
+
+        def listen() -> None:
+            if b.wait(30):
+                heard.set()
+
+        listener = threading.Thread(target=listen)
+        listener.start()
+    assert a.leave("a") == 3
+    assert len(tick(b, "b")) == 3  # no TTL to wait out: a said it left
+    if isinstance(b, PostgresDirectory):
+        listener.join()
+        assert heard.is_set()
+
+
+def test_a_parked_session_is_not_taken_until_adopted_again(
+    open_directory: Callable[[], Directory],
+) -> None:
+    a = open_directory()
+    a.adopt(SESSIONS[:2])
+    held = tick(a, "a")
+    parked = "sess_00"
+    assert a.park("a", parked, held[parked])
+    assert set(tick(a, "a")) == {"sess_01"}
+    a.adopt([(parked, "agent_a")], wake=False)  # discovery does not wake it
+    assert set(tick(a, "a")) == {"sess_01"}
+    a.adopt([(parked, "agent_a")])
+    assert set(tick(a, "a")) == {"sess_00", "sess_01"}
+
+
+def test_an_operator_release_fences_the_owner(open_directory: Callable[[], Directory]) -> None:
+    a = open_directory()
+    a.adopt(SESSIONS[:1])
+    held = tick(a, "a")
+    assert a.release_session("sess_00")
+    assert not a.park("a", "sess_00", held["sess_00"])
+    again = tick(a, "a")
+    assert again["sess_00"] > held["sess_00"]
