@@ -386,6 +386,11 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "xǁRunnerCoreǁ_forget": (GAP, MEMORY),
     "xǁRunnerCoreǁ_view": (GAP, MEMORY),
     "xǁRunnerCoreǁ_count": (GAP, REPORT),
+    "xǁRunnerCoreǁ_calls_of": (
+        GAP,
+        LIVENESS + ": its callers (giving back unrun claims, cancelling a Turn's "
+        "functions) then find no calls",
+    ),
     "xǁRunnerCoreǁ_report_key": (GAP, REPORT),
     "x_classify_refusal": (GAP, _ANY_REPORT),
     "x__worth_retrying": (GAP, _ANY_REPORT),
