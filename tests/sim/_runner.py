@@ -33,7 +33,7 @@ from openagentcore.runner._effects import (
     WriteMarks,
     perform_store,
 )
-from openagentcore.runner._pump import Message
+from openagentcore.runner._pump import Message, ask_in_doubt, report_action
 from openagentcore.runner._registry import RegisteredFunction, describe_function
 from openagentcore.runner._runtime import HOOK_THREADS, Lane
 from openagentcore.store import CallKey, CallState, StoreKeyError, StoreUnavailableError
@@ -92,7 +92,8 @@ class _Lane:
 
     def __init__(self, threads: int) -> None:
         self.free = threads
-        self.queue: deque[tuple[Callable[[], Any], SimFuture[Any]]] = deque()
+        #: Work waiting for a thread, with the world time it was handed over.
+        self.queue: deque[tuple[Callable[[], Any], SimFuture[Any], float]] = deque()
 
 
 class SimInbox:
@@ -179,7 +180,7 @@ class SimRuntime:
         if lane is Lane.FUNCTIONS:
             self.runner.dispatching(work)
         threads = self.lanes[lane]
-        threads.queue.append((work, future))
+        threads.queue.append((work, future, self.world.now))
         self._dispatch(lane)
         return future
 
@@ -187,7 +188,9 @@ class SimRuntime:
         threads = self.lanes[lane]
         while threads.free and threads.queue:
             threads.free -= 1
-            work, future = threads.queue.popleft()
+            work, future, handed = threads.queue.popleft()
+            if lane is Lane.STORE:
+                self.world.store_work_waited(self.runner, self.world.now - handed)
             self.world.later(0.0005, 0.01, functools.partial(self._execute, lane, work, future))
 
     def _execute(self, lane: Lane, work: Callable[[], Any], future: SimFuture[Any]) -> None:
@@ -207,8 +210,13 @@ class SimRuntime:
         if lane is Lane.FUNCTIONS:
             if error is None and world.chance(faults.function_exit):
                 error = SystemExit()  # the thread exits after the effect, with no result
-            busy = rng.uniform(0.001, 0.2)
-        elif lane is Lane.HOOKS:
+            # Some functions run longer than a lease: only renewals keep their claim.
+            busy = (
+                rng.uniform(1.0, 3.0)
+                if world.chance(faults.slow_function)
+                else rng.uniform(0.001, 0.2)
+            )
+        elif _is_hook(work):  # the application's code: how long it blocks is its own
             busy = rng.uniform(1.0, 6.0) if world.chance(faults.slow_hook) else rng.uniform(0, 0.01)
         elif world.chance(faults.slow_ack):
             world.store_trouble(self.runner)
@@ -244,6 +252,11 @@ class SimRuntime:
 
     async def close(self, last: Callable[[], None]) -> None:
         last()
+
+
+def _is_hook(work: Callable[[], Any]) -> bool:
+    """Whether ``work`` runs the application's ``on_in_doubt`` or ``on_action`` hook."""
+    return isinstance(work, functools.partial) and work.func in (ask_in_doubt, report_action)
 
 
 async def _settled(future: SimFuture[Any]) -> None:

@@ -63,6 +63,9 @@ CHAOS_ENDS = 8.0
 GIVE_UP_WITHIN = UNREACHABLE_TIMEOUT + 2.0 + 1.0
 #: Requests one worker may send in a second to a server that fails every request.
 FAILING_SERVER_RATE = 60
+#: How long the runner's store work may wait for one of the store's threads (each call
+#: takes at most 20 ms when the store works): a third of the lease, the renewal cadence.
+STORE_WAIT_LIMIT = LEASE_SECONDS / 3
 #: Where the store's clock starts.
 STORE_EPOCH = 1_700_000_000.0
 #: How often the world looks at the leases of live workers.
@@ -116,6 +119,8 @@ class Faults:
     slow_hook: float = 0.0
     #: Turns cancelled while the streams of their Session are down.
     cancel_unseen: float = 0.0
+    #: Functions that run longer than a lease.
+    slow_function: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -141,6 +146,7 @@ class Faults:
             unstorable_id=p(0.2),
             slow_hook=p(0.8),
             cancel_unseen=p(1.0),
+            slow_function=p(0.5),
         )
 
 
@@ -268,6 +274,16 @@ class World:
     def store_trouble(self, runner: SimRunner) -> None:
         """``runner``'s store just failed or answered slowly: its leases may lapse."""
         self.troubled_at[runner.worker.generation] = self.now
+
+    def store_work_waited(self, runner: SimRunner, waited: float) -> None:
+        """The runner's own store work never waits long for a thread while its store
+        works: nothing else (a hook that blocks, say) may hold the store's threads."""
+        troubled = self.troubled_at.get(runner.worker.generation, float("-inf"))
+        if waited > STORE_WAIT_LIMIT and troubled < self.now - waited - LEASE_SECONDS:
+            raise Violation(
+                f"seed {self.seed}: {runner._core.owner}'s store work waited {waited:.2f} s "
+                "for a thread while its store answered at once"
+            )
 
     def store_now(self) -> float:
         """The store's clock (the database's, for PostgreSQL), which judges leases."""
@@ -649,10 +665,15 @@ class SimWorker:
             try:
                 if draw < 0.2:
                     await runner.recover(session_id, timeout=timeout)
-                elif draw < 0.35:
+                elif draw < 0.3:
                     timeout = None
                     world.deadline_less_serve(self, began)
                     await runner.serve(session_id, until="idle")
+                elif draw < 0.45:
+                    # As a production worker serves: until stop(), past idle Sessions.
+                    timeout = None
+                    world.later(1.0, 4.0, self._stop_serving)
+                    await runner.serve(session_id, until="forever")
                 else:
                     await runner.serve(session_id, until="idle", timeout=timeout)
             except (RunnerError, ServeTimeout, APIError):
@@ -662,6 +683,10 @@ class SimWorker:
             if timeout is not None:
                 self._returned_in_time(began, timeout, f"serving {session_id}")
             await self.sleep(0.05, 0.5)
+
+    def _stop_serving(self) -> None:
+        if self.alive:
+            self.runner.stop()
 
     async def drive_turns(self, session_id: str) -> None:
         """Input after input on a Session no other client sends input to."""

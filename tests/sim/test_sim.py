@@ -13,10 +13,10 @@ import pytest
 
 from openagentcore import APIConnectionError
 from openagentcore.runner._core import Call, Serve
-from openagentcore.runner._effects import AskInDoubt
-from openagentcore.runner._pump import Message, Reconnect, Wake, reconnectable
+from openagentcore.runner._effects import AskInDoubt, SessionOutcome
+from openagentcore.runner._pump import Reconnect, reconnectable
 from openagentcore.runner._pump import ask_in_doubt as ask_in_doubt_hook
-from openagentcore.runner._runtime import Inbox, Lane
+from openagentcore.runner._runtime import Lane
 from openagentcore.store import CallKey, CallRecord
 
 from ._runner import SimRunner
@@ -153,23 +153,10 @@ def _hooks_share_the_store_threads(runner: SimRunner) -> None:
     runner._ask_in_doubt = ask_in_doubt  # type: ignore[method-assign]
 
 
-def _wake_ups_make_no_round(runner: SimRunner) -> None:
-    """A wake-up is dropped: the pump makes no round for a serve that attached or
-    detached, or for a changed serve, until something else happens."""
-    make_inbox = runner._rt.inbox
-
-    def inbox() -> Inbox[Any]:
-        made = make_inbox()
-        put = made.put
-
-        def put_but_wake_ups(message: Message) -> None:
-            if not isinstance(message, Wake):
-                put(message)
-
-        made.put = put_but_wake_ups  # type: ignore[method-assign]
-        return made
-
-    runner._rt.inbox = inbox  # type: ignore[method-assign]
+def _serve_grace_unbounded(runner: SimRunner) -> None:
+    """Reverts the bound on a timed-out serve's grace: it waits for its running calls
+    however long they take, past ``timeout`` plus ``shutdown_grace``."""
+    runner._grace = lambda: None  # type: ignore[method-assign]
 
 
 class _GivesUpOnlyWhenUnreachable(Reconnect):
@@ -213,8 +200,18 @@ def _streams_reopened_at_once(runner: SimRunner) -> None:
 
 def _cancels_read_from_the_session_ignored(runner: SimRunner) -> None:
     """Reverts the cancel by a Session read: a Turn found over only by a read (its
-    cancel event lost while the stream was down) still runs its queued calls."""
-    runner._core._on_turns_ended = lambda view, now: None  # type: ignore[method-assign]
+    cancel event lost while the stream was down), of the Session or of the Turn itself,
+    still runs the calls waiting for a slot."""
+    core = runner._core
+    core._on_turns_ended = lambda view, now: None  # type: ignore[method-assign]
+    on_session_read = core.on_session_read
+
+    def on_session_read_blind_to_cancels(answer: SessionOutcome, now: float) -> None:
+        if answer.turn is not None and answer.turn.status == "cancelled":
+            answer = dataclasses.replace(answer, turn=None)
+        on_session_read(answer, now)
+
+    core.on_session_read = on_session_read_blind_to_cancels  # type: ignore[method-assign]
 
 
 def _a_read_raises_during_chaos(runner: SimRunner, fired: list[int] | None = None) -> None:
@@ -264,7 +261,7 @@ def _violation(seed: int, mutate: Callable[[SimRunner], None]) -> str | None:
     [
         _a_read_raises_during_chaos,
         _hooks_share_the_store_threads,
-        _wake_ups_make_no_round,
+        _serve_grace_unbounded,
         _failing_servers_never_given_up,
         _streams_reopened_at_once,
         _cancels_read_from_the_session_ignored,
