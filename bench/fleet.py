@@ -203,19 +203,11 @@ def agent_run(workload: Workload, workers: int, dsn: str) -> RunResult:
             sessions_file.write_text("[]")
             command = [sys.executable, __file__, "worker", str(sessions_file)]
             spec = f"postgres:{schema}.calls"
-            processes = [
-                subprocess.Popen(
-                    [*command, spec, f"agent:{agent.id}"],
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-                for _ in range(workers)
-            ]
-            for process in processes:
-                assert process.stdout is not None
-                assert process.stdout.readline().strip() == "ready", "a worker failed to start"
+            processes = _start_workers(
+                [[*command, spec, f"agent:{agent.id}"] for _ in range(workers)],
+                env,
+                stdin=subprocess.DEVNULL,
+            )
             directory = PostgresDirectory(dsn, schema=schema, table="calls")
             while len(directory.status().workers) < workers:
                 time.sleep(0.05)
@@ -341,19 +333,11 @@ def _race(
     workers: int, sessions_file: Path, spec: str, env: dict[str, str], *, partitioned: bool
 ) -> RunResult:
     command = [sys.executable, __file__, "worker", str(sessions_file), spec]
-    processes = [
-        subprocess.Popen(
-            [*command, f"{index}/{workers}" if partitioned else "all"],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for index in range(workers)
-    ]
-    for process in processes:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready", "a worker failed to start"
+    processes = _start_workers(
+        [[*command, f"{index}/{workers}" if partitioned else "all"] for index in range(workers)],
+        env,
+        stdin=subprocess.PIPE,
+    )
     started = time.perf_counter()
     for process in processes:
         assert process.stdin is not None
@@ -491,3 +475,17 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def _start_workers(
+    commands: list[list[str]], env: dict[str, str], *, stdin: int
+) -> list[subprocess.Popen[str]]:
+    """Start one worker process per command and wait until each says it is ready."""
+    processes = [
+        subprocess.Popen(command, env=env, stdin=stdin, stdout=subprocess.PIPE, text=True)
+        for command in commands
+    ]
+    for process in processes:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready", "a worker failed to start"
+    return processes
