@@ -473,10 +473,6 @@ def main(argv: list[str]) -> None:
         driver_main(args)
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
-
-
 def _start_workers(
     commands: list[list[str]], env: dict[str, str], *, stdin: int
 ) -> list[subprocess.Popen[str]]:
@@ -489,3 +485,7 @@ def _start_workers(
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "ready", "a worker failed to start"
     return processes
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
