@@ -8,6 +8,8 @@ Contenders, all serving the same no-op (or sleeping) function ``work(n)``:
 
 - ``ours_sqlite`` / ``ours_memory``: FunctionRunner with a durable SQLite store or the
   in-memory one (AsyncFunctionRunner for the many-Sessions workload);
+- ``ours_async_sqlite`` / ``ours_async_memory``: AsyncFunctionRunner (in the per-call
+  workload, its loop on a thread of its own, driven from a plain thread);
 - ``openai``: openai 3.51's ``sessions.stream(..., tool_handlers=...)`` helper;
 - ``raw``: a bare httpx loop that reads the event stream and posts each result, with no
   SDK, no store and no checks: the lower bound for this server and transport;
@@ -142,6 +144,23 @@ def _turn_driver(
                 raise RuntimeError(f"Turn ended {result.status}")
 
         return ours
+    if contender in ("ours_async_memory", "ours_async_sqlite"):
+        # The async runner's loop on a thread of its own, driven from this one: what
+        # FunctionRunner would cost as a facade over that loop (docs/runner.md).
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, daemon=True).start()
+        async_client = AsyncClient(base_url=args["base_url"], api_key=args["api_key"])
+        store = _store(contender.replace("_async", ""), directory)
+        async_runner = AsyncFunctionRunner(async_client, store=store, max_concurrency=8)
+        async_runner.function(name="work", description="A benchmark function.")(work.run)
+
+        def ours_async(session_id: str, text: str) -> None:
+            running = async_runner.run_turn(session_id, text, timeout=RUN_TIMEOUT)
+            result = asyncio.run_coroutine_threadsafe(running, loop).result()
+            if result.status != "completed":
+                raise RuntimeError(f"Turn ended {result.status}")
+
+        return ours_async
     if contender == "openai":
         from openai import OpenAI
 

@@ -133,7 +133,15 @@ class Capacity:
 
 # -- 1. per-call overhead ------------------------------------------------------------------
 
-PER_CALL = ("raw", "raw_durable", "openai", "ours_memory", "ours_sqlite")
+PER_CALL = (
+    "raw",
+    "raw_durable",
+    "openai",
+    "ours_memory",
+    "ours_sqlite",
+    "ours_async_memory",
+    "ours_async_sqlite",
+)
 
 
 def per_call(sizes: Sizes, capacity: Capacity) -> Outcome:
