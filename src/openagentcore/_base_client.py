@@ -227,6 +227,19 @@ class _ClientCore:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={str(self.display_url)!r})"
 
+    def settings(self) -> dict[str, Any]:
+        """What a transport of the other kind (sync or async) needs to reach the same
+        server the same way: key, URL, timeouts, retries, headers and limits."""
+        return {
+            "api_key": self.__api_key,
+            "base_url": self.base_url,
+            "timeout": self.timeout,
+            "max_retries": self.retry_policy.max_retries,
+            "retry_policy": self.retry_policy,
+            "default_headers": dict(self._default_headers),
+            "response_limits": self.response_limits,
+        }
+
     @property
     def display_url(self) -> httpx.URL:
         """The base URL as safe to show: without user info (it may hold a password)."""
@@ -613,6 +626,8 @@ class SyncTransport(_ClientCore):
             response_limits=response_limits,
         )
         self._owns_http = http_client is None
+        #: An ``http_client`` passed in: its transport and settings are the caller's.
+        self.given_http = http_client is not None
         #: The SDK's own transports, which requests go to directly (None: through
         #: ``httpx.Client.send``, as for a client passed in).
         self._direct: SyncHTTPTransport | None = None

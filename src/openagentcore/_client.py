@@ -135,6 +135,17 @@ class Client:
         )
         return clone
 
+    def _async_twin(self) -> AsyncClient:
+        """An :class:`AsyncClient` reaching the same server with the same settings, for
+        work the SDK runs on an event loop of its own (``FunctionRunner.serve_agent``)."""
+        if self._transport.given_http:
+            raise OpenAgentCoreError(
+                "This Client was built on an httpx.Client of yours, and this needs an "
+                "asyncio client with the same transport: use AsyncFunctionRunner with an "
+                "AsyncClient(http_client=httpx.AsyncClient(...)) configured the same way"
+            )
+        return AsyncClient(**self._transport.settings())
+
     def with_raw_response(self, call: Callable[[Client], T]) -> RawResponse[T]:
         """Run ``call`` with this client and return its result with the HTTP response,
         for headers and the request id: ``client.with_raw_response(lambda c:

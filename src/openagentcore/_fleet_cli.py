@@ -20,9 +20,10 @@ def add_worker(new: Callable[..., argparse.ArgumentParser]) -> None:
         "worker",
         help="serve every Session of an Agent, shared with the other workers",
         description=(
-            "Import MODULE:ATTR (an AsyncFunctionRunner) from the current directory and "
-            "serve every Session of the Agents given, sharing them with the other workers "
-            "of the group through the runner's result store, until SIGTERM or Ctrl-C; "
+            "Import MODULE:ATTR (a FunctionRunner or an AsyncFunctionRunner) from the "
+            "current directory and serve every Session of the Agents given, sharing them "
+            "with the other workers of the group through the runner's result store, until "
+            "SIGTERM or Ctrl-C; "
             "exits 0 after handing its Sessions over."
         ),
     )
@@ -142,7 +143,8 @@ def run_fleet(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def run_worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .runner import AsyncFunctionRunner
+    from .runner import AsyncFunctionRunner, FunctionRunner
+    from .runner._fleet import FleetReport, ServeAgentOptions
 
     module_name, _, attribute = args.target.partition(":")
     if not module_name or not attribute:
@@ -155,27 +157,31 @@ def run_worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             raise
         parser.error(f"no module {module_name} in {os.getcwd()}; run the worker from its directory")
     runner = getattr(module, attribute, None)
-    if not isinstance(runner, AsyncFunctionRunner):
+    if not isinstance(runner, (FunctionRunner, AsyncFunctionRunner)):
         parser.error(
-            f"{args.target} must be an AsyncFunctionRunner, got {type(runner).__name__}; "
-            "FunctionRunner does not serve Agents yet"
+            f"{args.target} must be a FunctionRunner or an AsyncFunctionRunner, "
+            f"got {type(runner).__name__}"
         )
+    options: ServeAgentOptions = {
+        "group": args.group,
+        "max_sessions": args.max_sessions,
+        "heartbeat_interval": args.heartbeat_interval,
+        "worker_ttl": args.worker_ttl,
+        "park_after": args.park_after,
+        "discovery_interval": args.discovery_interval,
+        "sweep_interval": args.sweep_interval,
+    }
+    if isinstance(runner, AsyncFunctionRunner):
 
-    async def serve() -> None:
-        try:
-            report = await runner.serve_agent(
-                *args.agent,
-                group=args.group,
-                max_sessions=args.max_sessions,
-                heartbeat_interval=args.heartbeat_interval,
-                worker_ttl=args.worker_ttl,
-                park_after=args.park_after,
-                discovery_interval=args.discovery_interval,
-                sweep_interval=args.sweep_interval,
-            )
-            print(json.dumps({"worker": report.worker_id, "handed_over": report.handed_over}))
-        finally:
-            await runner.close()
+        async def serve(runner: AsyncFunctionRunner) -> FleetReport:
+            try:
+                return await runner.serve_agent(*args.agent, **options)
+            finally:
+                await runner.close()
 
-    asyncio.run(serve())
+        report = asyncio.run(serve(runner))
+    else:
+        with runner:
+            report = runner.serve_agent(*args.agent, **options)
+    print(json.dumps({"worker": report.worker_id, "handed_over": report.handed_over}))
     return 0

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing_extensions import Unpack
 
 from .._client import AsyncClient
-from ._base import RunnerError, RunnerOptions
+from ._base import RunnerBase, RunnerError, RunnerOptions
 from ._driver import Driver
-from ._fleet import FleetOptions, FleetReport, serve_agent
+from ._fleet import FleetOptions, FleetReport, hand_over_session, serve_agent
 from ._fleet_directory import Directory, open_directory
 from ._runtime import AsyncioRuntime
 
@@ -109,13 +109,24 @@ class AsyncFunctionRunner(Driver):
         the Session is read to find its Agent."""
         if agent_id is None:
             agent_id = (await self.client.sessions.retrieve(session_id)).agent.id
-        directory = self._fleet_directory
-        if directory is not None and directory.group == group:
-            await asyncio.to_thread(directory.adopt, [(session_id, agent_id)])
-            return
-        from ..fleet import adopt
+        await asyncio.to_thread(
+            hand_over_session, self.store, self._fleet_directory, session_id, agent_id, group
+        )
 
-        await asyncio.to_thread(adopt, self.store, session_id, agent_id=agent_id, group=group)
+    @classmethod
+    def _sharing(
+        cls, runner: RunnerBase, client: AsyncClient, options: RunnerOptions
+    ) -> AsyncFunctionRunner:
+        """A runner built with ``options`` that serves ``runner``'s functions through
+        ``runner``'s store, and leaves that store open when it closes."""
+        borrowed = options.copy()
+        borrowed["store"] = runner.store
+        borrowed["max_concurrency"] = runner.max_concurrency
+        shared = cls(client, **borrowed)
+        for function in runner._registry:
+            shared._registry.add(function)
+        shared._closes_store = False
+        return shared
 
     def _send_stop(self, force: bool) -> None:
         for stop in list(self._fleet_stops):

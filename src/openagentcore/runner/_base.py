@@ -137,6 +137,9 @@ class RunnerBase:
             if not 0 < seconds < math.inf:
                 raise ValueError(f"{name} must be positive and finite, got {seconds}")
         self.store = open_store(store)
+        #: ``close()`` closes the store, unless the runner borrowed it (see
+        #: ``AsyncFunctionRunner._sharing``).
+        self._closes_store = True
         self.max_concurrency = max_concurrency
         self.reconnect_max_delay = reconnect_max_delay
         #: How often to re-read a Session that waits on calls held by other workers.
@@ -166,6 +169,10 @@ class RunnerBase:
             action_hook=on_action is not None,
             unreachable_timeout=unreachable_timeout,
         )
+
+    def _close_store(self) -> None:
+        if self._closes_store:
+            self.store.close()
 
     def _now(self) -> float:
         """The runner's clock: ``time.monotonic``. Deadlines and every time the core is

@@ -87,7 +87,7 @@ class Driver(AsyncServing, abc.ABC):
                 verdict.set_exception(closed_before_the_end())
         for task in list(self._tasks):
             task.cancel()
-        await self._rt.close(self.store.close)
+        await self._rt.close(self._close_store)
 
     def _grace(self) -> float | None:
         return self._now() + self.shutdown_grace

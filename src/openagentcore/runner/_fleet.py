@@ -27,7 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from typing_extensions import TypedDict
+
 from .._errors import NotFoundError
+from ..store import ResultStore
 from ._base import RunnerError, ServeTimeout
 from ._fleet_directory import Directory
 from ._signals import on_shutdown_signal
@@ -35,7 +38,13 @@ from ._signals import on_shutdown_signal
 if TYPE_CHECKING:
     from ._async import AsyncFunctionRunner
 
-__all__ = ["FleetOptions", "FleetReport", "serve_agent"]
+__all__ = [
+    "FleetOptions",
+    "FleetReport",
+    "ServeAgentOptions",
+    "hand_over_session",
+    "serve_agent",
+]
 
 logger = logging.getLogger("openagentcore.fleet")
 
@@ -79,6 +88,20 @@ class FleetOptions:
             raise ValueError("slack must be 0 or more Sessions")
 
 
+class ServeAgentOptions(TypedDict, total=False):
+    """The keyword arguments of ``serve_agent`` (see
+    :meth:`~openagentcore.AsyncFunctionRunner.serve_agent`)."""
+
+    group: str
+    max_sessions: int | None
+    directory: Directory | None
+    heartbeat_interval: float
+    worker_ttl: float
+    park_after: float
+    discovery_interval: float
+    sweep_interval: float
+
+
 @dataclass(slots=True)
 class FleetReport:
     """What one worker did in ``serve_agent``: Sessions ``acquired``, ``released`` to
@@ -96,6 +119,19 @@ class FleetReport:
     calls_run: int = 0
     handed_over: int = 0
     sessions: set[str] = field(default_factory=set)
+
+
+def hand_over_session(
+    store: ResultStore, directory: Directory | None, session_id: str, agent_id: str, group: str
+) -> None:
+    """``adopt``: through the directory of the ``serve_agent`` running now if it serves
+    ``group``, else through the store's own directory. Blocks."""
+    if directory is not None and directory.group == group:
+        directory.adopt([(session_id, agent_id)])
+        return
+    from ..fleet import adopt
+
+    adopt(store, session_id, agent_id=agent_id, group=group)
 
 
 def _session_gone(error: Exception) -> bool:

@@ -17,7 +17,7 @@ import json
 import math
 import re
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeGuard, Union, get_args, get_origin, get_type_hints
 
@@ -695,6 +695,9 @@ class FunctionRegistry:
 
     def __len__(self) -> int:
         return len(self._functions)
+
+    def __iter__(self) -> Iterator[RegisteredFunction]:
+        return iter(list(self._functions.values()))
 
     def tools(self) -> list[dict[str, Any]]:
         return _declarations(list(self._functions.values()))

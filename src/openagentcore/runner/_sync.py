@@ -29,10 +29,12 @@ from .._streaming import EventStream
 from ..store import CallKey
 from ..store._records import owner_closed
 from . import _pump as pump
+from ._async import AsyncFunctionRunner
 from ._base import RunnerError, RunnerOptions, ServeTimeout, closed_before_the_end
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve, heeds
 from ._execution import ReturnedAwaitable, await_returned, call_async, call_sync
+from ._fleet import FleetReport, ServeAgentOptions, hand_over_session
 from ._runtime import DaemonThreads
 from ._serving_sync import Serving
 
@@ -65,6 +67,9 @@ class FunctionRunner(Serving):
     def __init__(self, client: Client, **options: Unpack[RunnerOptions]) -> None:
         super().__init__(**options)
         self.client = client
+        self._options = options
+        #: The runners of the ``serve_agent`` calls running now (see there).
+        self._fleets: set[AsyncFunctionRunner] = set()
         self._lock = threading.Lock()
         #: Notified after a round of the pump that gave verdicts, or after every round
         #: while someone waits for calls to settle (``_waiting_for_idle``).
@@ -124,10 +129,58 @@ class FunctionRunner(Serving):
         self._functions.shutdown(wait=False)
         self._hook_pool.shutdown(wait=True)
         self._http_pool.shutdown(wait=True)
-        self.store.close()
+        self._close_store()
 
     def __enter__(self) -> FunctionRunner:
         return self
+
+    # -- a fleet -------------------------------------------------------------------------------
+
+    def serve_agent(
+        self, agent_id: str, *more_agent_ids: str, **options: Unpack[ServeAgentOptions]
+    ) -> FleetReport:
+        """Serve every Session of these Agents, shared with the other workers of the
+        group, until :meth:`stop`, SIGINT or SIGTERM; then hand the Sessions over. Takes
+        the options of :meth:`AsyncFunctionRunner.serve_agent
+        <openagentcore.AsyncFunctionRunner.serve_agent>`; see docs/fleet.md.
+
+        A fleet worker follows many Sessions at once, a task each: this runs the fleet
+        on an event loop of its own, in this thread, with an ``AsyncFunctionRunner``
+        that serves this runner's functions, with its options and hooks, through its
+        store. Plain functions still run on threads of their own.
+        """
+        with self._lock:
+            if self._closing:
+                raise RunnerError("This runner is closed; create a new one")
+        fleet = AsyncFunctionRunner._sharing(self, self.client._async_twin(), self._options)
+
+        async def serve() -> FleetReport:
+            try:
+                return await fleet.serve_agent(agent_id, *more_agent_ids, **options)
+            finally:
+                await fleet.close()
+                await fleet.client.close()
+
+        with self._lock:
+            self._fleets.add(fleet)
+        try:
+            return asyncio.run(serve())
+        finally:
+            with self._lock:
+                self._fleets.discard(fleet)
+
+    def adopt(
+        self, session_id: str, *, agent_id: str | None = None, group: str = "default"
+    ) -> None:
+        """Hand ``session_id`` to the fleet now (and wake it if parked): a worker takes
+        it at once instead of at the next discovery. Idempotent. Without ``agent_id``,
+        the Session is read to find its Agent."""
+        if agent_id is None:
+            agent_id = self.client.sessions.retrieve(session_id).agent.id
+        with self._lock:
+            directories = [fleet._fleet_directory for fleet in self._fleets]
+        serving = next((d for d in directories if d is not None and d.group == group), None)
+        hand_over_session(self.store, serving, session_id, agent_id, group)
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
@@ -171,6 +224,8 @@ class FunctionRunner(Serving):
 
     def _send_stop(self, force: bool) -> None:
         self._inbox.put(pump.Stop(self._core.last_serve_id, force))  # safe in a signal handler
+        for fleet in list(self._fleets):  # a copy: no lock, as in a signal handler
+            fleet.stop(force=force)
 
     def _stop_from_signal(self) -> None:
         self.stop()
