@@ -5,6 +5,7 @@ with its own functions, hooks and store; ``stop()`` from another thread ends it,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,9 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from openagentcore import Client, FunctionRunner, OpenAgentCoreError
+from openagentcore import AsyncClient, Client, FunctionRunner, OpenAgentCoreError
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
-from openagentcore.runner import current_call
+from openagentcore.runner import AsyncFunctionRunner, current_call
+from openagentcore.runner._fleet import FleetReport
 from openagentcore.runner._fleet_directory import SQLiteDirectory
 from openagentcore.store import SQLiteResultStore
 from openagentcore.types import FunctionCallItem, FunctionCallOutputItem
@@ -202,3 +204,32 @@ def test_the_worker_command_serves_a_function_runner_and_exits_0_on_sigterm(
         assert watcher.status().workers == []
         watcher.close()
         assert set(outputs_per_call(client, session_id).values()) == {1}
+
+
+def test_a_stop_sent_while_serve_agent_starts_is_kept(tmp_path: Path) -> None:
+    """``stop()`` right after ``serve_agent`` began, while it still opens its directory
+    (before the worker's loop runs): it used to be lost, and serve_agent ran on."""
+
+    async def asynchronous(core: LocalCore) -> None:
+        client = AsyncClient(api_key=core.api_key, base_url=core.base_url)
+        runner = AsyncFunctionRunner(client, store=tmp_path / "async.db")
+        serving = asyncio.create_task(runner.serve_agent("agent_x", **FAST))
+        await asyncio.sleep(0)  # serve_agent runs up to opening its directory
+        runner.stop()
+        report = await asyncio.wait_for(serving, 30)
+        assert report.acquired == 0
+        await runner.close()
+        await client.close()
+
+    with scripted_core() as core, connect(core) as client:
+        asyncio.run(asynchronous(core))
+        runner = FunctionRunner(client, store=tmp_path / "sync.db")
+        reports: list[FleetReport] = []
+        serving = threading.Thread(target=lambda: reports.append(runner.serve_agent("agent_x")))
+        serving.start()
+        while not runner._fleets:  # serve_agent has begun; its loop may not run yet
+            threading.Event().wait(0.001)
+        runner.stop()
+        serving.join(timeout=30)
+        assert not serving.is_alive(), "serve_agent missed a stop() sent as it started"
+        runner.close()

@@ -15,7 +15,7 @@ from typing_extensions import Unpack
 from .._client import AsyncClient
 from ._base import RunnerBase, RunnerError, RunnerOptions
 from ._driver import Driver
-from ._fleet import FleetOptions, FleetReport, hand_over_session, serve_agent
+from ._fleet import FleetOptions, FleetReport, StopRequest, hand_over_session, serve_agent
 from ._fleet_directory import Directory, open_directory
 from ._runtime import AsyncioRuntime
 
@@ -41,6 +41,10 @@ class AsyncFunctionRunner(Driver):
         self._fleet_stops: set[Callable[[], None]] = set()
         #: The directory of the ``serve_agent`` running now, for ``adopt``.
         self._fleet_directory: Directory | None = None
+        #: The stop request the next ``serve_agent`` heeds, set up by whoever starts it
+        #: from another thread (``FunctionRunner.serve_agent``), so that a stop sent
+        #: before it starts is kept.
+        self._stop_ahead: StopRequest | None = None
 
     async def serve_agent(
         self,
@@ -75,31 +79,38 @@ class AsyncFunctionRunner(Driver):
             sweep_interval=sweep_interval,
         )
         own = directory is None
-        opened = (
-            await asyncio.to_thread(open_directory, self.store, group=group)
-            if directory is None
-            else directory
-        )
-        if self._fleet_directory is not None:  # checked after the await: no race
-            if own:
-                opened.close()
-            raise RunnerError(
-                "serve_agent is already running on this runner; pass every Agent to that "
-                "call (serve_agent(agent_a, agent_b)) or use another runner for another group"
-            )
-        self._fleet_directory = opened
+        stop, self._stop_ahead = self._stop_ahead or StopRequest(), None
+        self._fleet_stops.add(stop.set)  # from now on: a stop() while it opens is kept
         try:
-            return await serve_agent(
-                self,
-                [agent_id, *more_agent_ids],
-                directory=opened,
-                options=options,
-                max_sessions=max_sessions,
+            opened = (
+                await asyncio.to_thread(open_directory, self.store, group=group)
+                if directory is None
+                else directory
             )
+            if self._fleet_directory is not None:  # checked after the await: no race
+                if own:
+                    opened.close()
+                raise RunnerError(
+                    "serve_agent is already running on this runner; pass every Agent to "
+                    "that call (serve_agent(agent_a, agent_b)) or use another runner for "
+                    "another group"
+                )
+            self._fleet_directory = opened
+            try:
+                return await serve_agent(
+                    self,
+                    [agent_id, *more_agent_ids],
+                    directory=opened,
+                    options=options,
+                    max_sessions=max_sessions,
+                    stop=stop,
+                )
+            finally:
+                self._fleet_directory = None
+                if own:
+                    opened.close()
         finally:
-            self._fleet_directory = None
-            if own:
-                opened.close()
+            self._fleet_stops.discard(stop.set)
 
     async def adopt(
         self, session_id: str, *, agent_id: str | None = None, group: str = "default"

@@ -42,6 +42,7 @@ __all__ = [
     "FleetOptions",
     "FleetReport",
     "ServeAgentOptions",
+    "StopRequest",
     "hand_over_session",
     "serve_agent",
 ]
@@ -121,6 +122,28 @@ class FleetReport:
     sessions: set[str] = field(default_factory=set)
 
 
+class StopRequest:
+    """``stop()`` for one ``serve_agent``: safe from any thread and from a signal
+    handler, and kept when it comes before the worker's loop runs (while the directory
+    opens), which then stops at once."""
+
+    def __init__(self) -> None:
+        self._requested = False
+        self._notify: Callable[[], None] | None = None
+
+    def set(self) -> None:
+        self._requested = True
+        notify = self._notify
+        if notify is not None:
+            notify()
+
+    def on_set(self, notify: Callable[[], None]) -> None:
+        """Call ``notify`` (idempotent) on ``set()``, or now if it was set already."""
+        self._notify = notify
+        if self._requested:
+            notify()
+
+
 def hand_over_session(
     store: ResultStore, directory: Directory | None, session_id: str, agent_id: str, group: str
 ) -> None:
@@ -151,10 +174,11 @@ async def serve_agent(
     directory: Directory,
     options: FleetOptions,
     max_sessions: int | None,
+    stop: StopRequest,
 ) -> FleetReport:
-    """Serve the group's Sessions until ``runner.stop()`` or SIGINT/SIGTERM, then hand
-    the held ones over (see the module's docstring)."""
-    return await _Worker(runner, agent_ids, directory, options, max_sessions).run()
+    """Serve the group's Sessions until ``stop`` is set (``runner.stop()``) or
+    SIGINT/SIGTERM, then hand the held ones over (see the module's docstring)."""
+    return await _Worker(runner, agent_ids, directory, options, max_sessions).run(stop)
 
 
 class _Worker:
@@ -197,9 +221,9 @@ class _Worker:
         self.stop_soon()
         self.runner._stop_from_signal_if_started()
 
-    async def run(self) -> FleetReport:
+    async def run(self, stop: StopRequest) -> FleetReport:
         self.loop = asyncio.get_running_loop()
-        self.runner._fleet_stops.add(self.stop_soon)
+        stop.on_set(self.stop_soon)
         options = self.options
         next_discovery = next_sweep = time.monotonic()
         try:
@@ -230,7 +254,6 @@ class _Worker:
                 task.cancel()
             raise
         finally:
-            self.runner._fleet_stops.discard(self.stop_soon)
             await self._hand_over()
         return self.report
 

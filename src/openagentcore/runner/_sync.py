@@ -34,7 +34,7 @@ from ._base import RunnerError, RunnerOptions, ServeTimeout, closed_before_the_e
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve, heeds
 from ._execution import ReturnedAwaitable, await_returned, call_async, call_sync
-from ._fleet import FleetReport, ServeAgentOptions, hand_over_session
+from ._fleet import FleetReport, ServeAgentOptions, StopRequest, hand_over_session
 from ._runtime import DaemonThreads
 from ._serving_sync import Serving
 
@@ -69,7 +69,7 @@ class FunctionRunner(Serving):
         self.client = client
         self._options = options
         #: The runners of the ``serve_agent`` calls running now (see there).
-        self._fleets: set[AsyncFunctionRunner] = set()
+        self._fleets: dict[AsyncFunctionRunner, StopRequest] = {}
         self._lock = threading.Lock()
         #: Notified after a round of the pump that gave verdicts, or after every round
         #: while someone waits for calls to settle (``_waiting_for_idle``).
@@ -153,6 +153,7 @@ class FunctionRunner(Serving):
             if self._closing:
                 raise RunnerError("This runner is closed; create a new one")
         fleet = AsyncFunctionRunner._sharing(self, self.client._async_twin(), self._options)
+        fleet._stop_ahead = stop = StopRequest()
 
         async def serve() -> FleetReport:
             try:
@@ -162,12 +163,12 @@ class FunctionRunner(Serving):
                 await fleet.client.close()
 
         with self._lock:
-            self._fleets.add(fleet)
+            self._fleets[fleet] = stop
         try:
             return asyncio.run(serve())
         finally:
             with self._lock:
-                self._fleets.discard(fleet)
+                del self._fleets[fleet]
 
     def adopt(
         self, session_id: str, *, agent_id: str | None = None, group: str = "default"
@@ -224,7 +225,8 @@ class FunctionRunner(Serving):
 
     def _send_stop(self, force: bool) -> None:
         self._inbox.put(pump.Stop(self._core.last_serve_id, force))  # safe in a signal handler
-        for fleet in list(self._fleets):  # a copy: no lock, as in a signal handler
+        for fleet, stop in list(self._fleets.items()):  # a copy: no lock (signal handler)
+            stop.set()  # kept if its serve_agent has not started yet
             fleet.stop(force=force)
 
     def _stop_from_signal(self) -> None:
