@@ -119,3 +119,10 @@ def test_chat_bot_killed_mid_turn_resumes_the_session_and_finishes_the_turn(
     assert f"Resuming Session {session.group(1)}: a Turn was in progress" in output
     assert "[calling weather('Paris'), attempt 2]" in output
     assert "bot> In Paris it is sunny, 21 °C right now, and the local time is 13:00." in output
+
+
+def test_fleet_workers_share_the_sessions_and_charge_each_order_once() -> None:
+    output = run_example("fleet_workers.py", "--workers", "2", "--sessions", "4")
+
+    assert "4 Sessions idle; served by" in output, output
+    assert "4 charges, 0 repeated" in output, output
