@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import chaos
 
+# No budget of their own: the suite's hang guard (120 s) applies. Their time is the
+# start-up of seven or four worker processes, which beside a busy core took 61 s, past
+# the 60 s they had; no assertion in them depends on how long that takes.
 
-@pytest.mark.timeout(60)
+
 def test_killed_runners_never_run_an_effect_twice_nor_lose_a_call() -> None:
     report = chaos.run(
         kills=6, sessions=2, calls_per_step=3, seed=20261203, effect_seconds=0.05, max_life=0.4
@@ -27,7 +28,6 @@ def test_killed_runners_never_run_an_effect_twice_nor_lose_a_call() -> None:
     assert report.safe()
 
 
-@pytest.mark.timeout(60)
 def test_the_audit_sees_repeated_effects_when_results_are_not_stored() -> None:
     """Proves the audit can fail: without a durable store, kills repeat effects."""
     report = chaos.run(

@@ -6,16 +6,15 @@ answered once throughout."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
-import socket
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from _tcp_proxy import TcpProxy, postgres_proxy
 from openagentcore import AsyncClient, Client
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner import AsyncFunctionRunner, current_call
@@ -29,68 +28,6 @@ POSTGRES_DSN_ENV = "OPENAGENTCORE_TEST_POSTGRES_DSN"
 SESSIONS = 4
 ROUNDS = 2
 TTL = 2.0
-
-
-class CuttableProxy:
-    """A loopback TCP proxy to PostgreSQL. While cut, nothing gets through in either
-    direction and nothing is closed (each end still sees a live peer); a connection
-    that lost data to a cut stays silent for good, as after a real cut. Connections
-    made after :meth:`restore` work."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._upstream = (host, port)
-        self._cut = threading.Event()
-        self._sockets: list[socket.socket] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def cut(self) -> None:
-        self._cut.set()
-
-    def restore(self) -> None:
-        self._cut.clear()
-
-    def close(self) -> None:
-        for sock in (self._listener, *self._sockets):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            self._sockets.append(client)
-            if self._cut.is_set():
-                continue  # accepted, never answered
-            server = socket.create_connection(self._upstream)
-            self._sockets.append(server)
-            dead = threading.Event()
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(source, sink, dead), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, dead: threading.Event) -> None:
-        while True:
-            try:
-                data = source.recv(65536)
-            except OSError:
-                return
-            if self._cut.is_set():
-                dead.set()
-            if dead.is_set():
-                if not data:
-                    return
-                continue
-            try:
-                if not data:
-                    sink.shutdown(socket.SHUT_WR)
-                    return
-                sink.sendall(data)
-            except OSError:
-                return
 
 
 @pytest.fixture
@@ -109,24 +46,20 @@ def postgres() -> Iterator[tuple[str, str]]:
 def test_a_worker_cut_off_from_postgres_lapses_and_is_fenced_when_it_returns(
     postgres: tuple[str, str],
 ) -> None:
-    import psycopg.conninfo
-
     dsn, schema = postgres
-    parts = psycopg.conninfo.conninfo_to_dict(dsn)
-    proxy = CuttableProxy(str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432))
-    through_proxy = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=proxy.port)
+    proxy, through_proxy = postgres_proxy(dsn)
     steps = [(FunctionCall("charge", {"order": f"r{step}"}),) for step in range(ROUNDS)]
-    try:
-        with LocalCore(
+    with (
+        proxy,
+        LocalCore(
             scenario=Scenario(turns=[TurnScript(steps=steps)]), keepalive_interval=0.5
-        ) as core:
-            asyncio.run(cut_off_worker(core, dsn, schema, through_proxy, proxy))
-    finally:
-        proxy.close()
+        ) as core,
+    ):
+        asyncio.run(cut_off_worker(core, dsn, schema, through_proxy, proxy))
 
 
 async def cut_off_worker(
-    core: LocalCore, dsn: str, schema: str, through_proxy: str, proxy: CuttableProxy
+    core: LocalCore, dsn: str, schema: str, through_proxy: str, proxy: TcpProxy
 ) -> None:
     runs: Counter[str] = Counter()
     gate = threading.Event()  # calls wait on it, so the Sessions stay busy through the cut
@@ -183,14 +116,14 @@ async def cut_off_worker(
     ]
     await until(lambda: owners() == Counter({cut_id: SESSIONS}), "the first worker took all")
 
-    proxy.cut()
+    proxy.blackhole()
     other_serving = asyncio.create_task(other.serve_agent(agent.id, **knobs))
     # Within the TTL the silent worker lapses and the other takes every Session.
     await until(
         lambda: set(owners()) == {w for w, _, _ in watcher.status().workers} - {cut_id},
         "the other worker took the lapsed worker's Sessions",
     )
-    proxy.restore()
+    proxy.heal()
     # Back on the network, the cut-off worker heartbeats again and owns nothing.
     await until(
         lambda: any(w == cut_id and age < 1.0 for w, age, _ in watcher.status().workers),

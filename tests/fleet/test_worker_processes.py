@@ -152,7 +152,14 @@ def test_a_killed_and_a_stopped_worker_hand_their_sessions_to_the_others(
             assert stopped.returncode == 0, logs[stopped.pid].read_text()
             assert "handed_over" in stdout
             del workers[stopped.pid]
-            start()
+            # The replacement handles SIGTERM only once it serves: wait until it joined
+            # the directory (it heartbeats from inside its signal handling), or the
+            # SIGTERM at the end can land while it still imports, and kill it.
+            joining = start()
+            while not any(f":{joining.pid}:" in w for w, _, _ in watcher.status().workers):
+                assert joining.poll() is None, logs[joining.pid].read_text()
+                assert time.monotonic() < deadline + 60, "the replacement never joined"
+                time.sleep(0.05)
 
             def settled() -> bool:
                 for session_id in session_ids:

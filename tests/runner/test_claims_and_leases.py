@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from _tcp_proxy import postgres_proxy
 from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import CallContext, ServeReport, ServeTimeout
 from openagentcore.runner._core import Phase, RunnerCore
@@ -205,60 +205,6 @@ POSTGRES_DSN_ENV = "OPENAGENTCORE_TEST_POSTGRES_DSN"
 CALLS = 4
 
 
-class Partition:
-    """A loopback TCP relay in front of PostgreSQL that can partition the network: while
-    cut, the bytes of every connection wait in both directions (as unacknowledged TCP
-    segments do) and flow again, in order, once healed. A COMMIT sent before the cut is
-    acknowledged only after the heal."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._upstream = (host, port)
-        self._open = threading.Event()
-        self._open.set()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, name="partition", daemon=True).start()
-
-    def cut(self) -> None:
-        self._open.clear()
-
-    def heal(self) -> None:
-        self._open.set()
-
-    def close(self) -> None:
-        self._open.set()
-        self._listener.close()
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            upstream = socket.create_connection(self._upstream)
-            self._sockets += [client, upstream]
-            for source, target in ((client, upstream), (upstream, client)):
-                threading.Thread(
-                    target=self._relay, args=(source, target), name="partition", daemon=True
-                ).start()
-
-    def _relay(self, source: socket.socket, target: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                self._open.wait()
-                target.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, target):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-
 def _two_workers(
     make_core: Callable[..., LocalCore],
     make_harness: Callable[..., Harness],
@@ -383,32 +329,23 @@ def test_calls_another_worker_answered_in_doubt_never_start_after_a_partition_he
 ) -> None:
     """On PostgreSQL, A reaching it through a network partition: A's requests and the
     server's answers wait while it lasts and arrive after the heal."""
-    from psycopg import conninfo as psycopg_conninfo
-
     dsn, schema = pg_schema
-    address = psycopg_conninfo.conninfo_to_dict(dsn)
-    partition = Partition(str(address.get("host", "127.0.0.1")), int(address.get("port", 5432)))
     # As a fleet should be set up: a transaction whose client went silent does not hold
     # its row locks (and so every other worker) for as long as the partition lasts.
-    via_partition = psycopg_conninfo.make_conninfo(
-        dsn,
-        host="127.0.0.1",
-        port=partition.port,
-        options="-c idle_in_transaction_session_timeout=1000",
+    partition, via_partition = postgres_proxy(
+        dsn, options="-c idle_in_transaction_session_timeout=1000"
     )
     PostgresResultStore(dsn, schema=schema).close()  # create the table before the cut
-    try:
+    with partition:
         _two_workers(
             make_core,
             make_harness,
             PostgresResultStore(via_partition, schema=schema),
             PostgresResultStore(dsn, schema=schema),
-            cut=partition.cut,
+            cut=partition.hold,
             heal=partition.heal,
             lease_seconds=2.0,
         )
-    finally:
-        partition.close()
 
 
 # -- the store and the report are final when a serve runs out of time or the runner closes

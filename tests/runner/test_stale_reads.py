@@ -10,10 +10,13 @@ in exactly that order.
 
 from __future__ import annotations
 
-from openagentcore.runner._core import RunnerCore, Serve
+import pytest
+
+from openagentcore.runner._core import RunnerCore, Serve, content_key
 from openagentcore.runner._effects import ReadSession, SessionOutcome
 from openagentcore.runner._registry import FunctionRegistry
 from openagentcore.types import (
+    InputMessageEvent,
     Session,
     SessionIdleEvent,
     SessionInProgressEvent,
@@ -119,3 +122,34 @@ def test_a_serve_ending_leaves_the_others_of_its_session_a_fresh_read() -> None:
     assert len(reads) == 1
     core.on_session_read(SessionOutcome(SESSION, _session("idle")), 0.13)
     assert core.finished(serving, 0.13)
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="runner defect (issue 23): start_turn does not ask for a read when the stream "
+    "dropped after run_turn's input was sent",
+)
+def test_run_turn_reads_the_turn_it_names_after_a_read_that_could_not_name_it() -> None:
+    """``run_turn``'s input is sent; the stream drops and reconnects before the POST
+    returns, so the read on reconnect cannot ask for the Turn, which has no name yet,
+    and shows the Session busy with another Turn. When the POST returns and names the
+    Turn, it may have ended (a cancel) while the stream was down: only a read of it
+    tells, so one must be sent. (Its loopback form, on both runners, is in
+    test_cancel_and_rerun.py.)"""
+    core = _core()
+    serve = core.attach(SESSION, "connected", 0.0)
+    _read_in_flight(core, serve)
+    core.on_session_read(SessionOutcome(SESSION, _session("idle")), 0.05)
+    assert core.finished(serve, 0.05)
+    go = InputMessageEvent.from_text("go")
+    assert core.expect_turn(serve, serve.report.reconnects, content_key(go.input[0].content))
+    core.on_dropped(serve)
+    before = _read_in_flight(core, serve)
+    assert before.turn_id is None  # nothing named the Turn yet
+    core.on_session_read(SessionOutcome(SESSION, _session("requires_action")), 0.2)
+
+    core.start_turn(serve, TURN, "queued", reconnects=0)
+
+    reads = [effect for effect in core.take_effects(0.3) if isinstance(effect, ReadSession)]
+    assert [read.turn_id for read in reads] == [TURN]

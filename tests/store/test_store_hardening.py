@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import socket
 import sqlite3
 import stat
 import threading
@@ -19,6 +18,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from _tcp_proxy import TcpProxy, postgres_proxy
 from openagentcore._base_client import MAX_IDEMPOTENCY_KEY_BYTES
 from openagentcore.runner._effects import Batch
 from openagentcore.store import (
@@ -209,99 +209,14 @@ def test_a_result_saved_before_the_upgrade_is_sent_again_under_its_stored_key(
 COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
 
 
-class FreezableProxy:
-    """A loopback TCP proxy to PostgreSQL that stops forwarding, in both directions,
-    once the client sends ``freeze_on`` while armed, and closes nothing: as with a
-    network cut between a worker and its database, each end still sees a live TCP
-    peer (the kernel acknowledges) that says nothing more."""
-
-    def __init__(self, host: str, port: int, *, freeze_on: bytes) -> None:
-        self._upstream = (host, port)
-        self._freeze_on = freeze_on
-        self._armed = threading.Event()
-        #: Set once forwarding stopped.
-        self.frozen = threading.Event()
-        self._sockets: list[socket.socket] = []
-        self._threads: list[threading.Thread] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._start(self._accept)
-
-    def arm(self) -> None:
-        """Freeze when the client next sends ``freeze_on`` (dropping that message)."""
-        self._armed.set()
-
-    def close(self) -> None:
-        for sock in (self._listener, *self._sockets):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        for thread in self._threads:
-            thread.join(timeout=10)
-
-    def _start(self, target: Callable[..., None], *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            server = socket.create_connection(self._upstream)
-            self._sockets += [client, server]
-            self._start(self._pump, client, server, True)
-            self._start(self._pump, server, client, False)
-
-    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
-        while True:
-            try:
-                data = source.recv(65536)
-            except OSError:
-                return
-            if from_client and self._armed.is_set() and self._freeze_on in data:
-                self.frozen.set()
-            if self.frozen.is_set():
-                if not data:
-                    return
-                continue  # cut off: nothing gets through, and no end is told
-            try:
-                if not data:
-                    sink.shutdown(socket.SHUT_WR)
-                    return
-                sink.sendall(data)
-            except OSError:
-                return
-
-
-def _dsn_parts(dsn: str) -> dict[str, str]:
-    import psycopg.conninfo
-
-    return psycopg.conninfo.conninfo_to_dict(dsn)  # type: ignore[return-value]
-
-
 @pytest.fixture
-def cut_off(
-    postgres_schema: tuple[str, str], fresh_table: str
-) -> Iterator[tuple[FreezableProxy, str]]:
-    """A proxy to the test database that freezes on a COMMIT once armed, and a DSN that
-    connects through it (its ``application_name`` is the test's table)."""
-    import psycopg.conninfo
-
+def cut_off(postgres_schema: tuple[str, str], fresh_table: str) -> Iterator[tuple[TcpProxy, str]]:
+    """A proxy to the test database, and a DSN that connects through it (its
+    ``application_name`` is the test's table)."""
     dsn, _ = postgres_schema
-    parts = _dsn_parts(dsn)
-    proxy = FreezableProxy(
-        parts.get("host", "127.0.0.1"), int(parts.get("port", 5432)), freeze_on=COMMIT
-    )
-    through = psycopg.conninfo.make_conninfo(
-        dsn, host="127.0.0.1", port=proxy.port, application_name=fresh_table
-    )
-    try:
+    proxy, through = postgres_proxy(dsn, application_name=fresh_table)
+    with proxy:
         yield proxy, through
-    finally:
-        proxy.close()
 
 
 def _cut_off_backends(dsn: str, table: str) -> int:
@@ -344,7 +259,7 @@ LEASE = 3.0
 
 @pytest.mark.postgres
 def test_a_claim_cut_off_before_its_commit_does_not_hold_the_call(
-    postgres_schema: tuple[str, str], fresh_table: str, cut_off: tuple[FreezableProxy, str]
+    postgres_schema: tuple[str, str], fresh_table: str, cut_off: tuple[TcpProxy, str]
 ) -> None:
     """The cut-off worker's uncommitted claim made every other claim of the call wait
     on it, then fail with lock_timeout, for as long as TCP kept the connection (hours):
@@ -353,7 +268,7 @@ def test_a_claim_cut_off_before_its_commit_does_not_hold_the_call(
     proxy, through_proxy = cut_off
     with PostgresResultStore(dsn, schema=schema, table=fresh_table, pool_size=1) as other:
         lost = PostgresResultStore(through_proxy, schema=schema, table=fresh_table, pool_size=1)
-        proxy.arm()
+        proxy.freeze_on(COMMIT)
         worker = _in_background(
             lambda: lost.claim(
                 KEY, function_name="f", arguments_hash="h", owner="lost", lease_seconds=LEASE
@@ -386,7 +301,7 @@ def _eventually_claimed(store: PostgresResultStore, *, within: float = 30.0) -> 
 
 @pytest.mark.postgres
 def test_a_change_cut_off_before_its_commit_does_not_hold_the_calls_row(
-    postgres_schema: tuple[str, str], fresh_table: str, cut_off: tuple[FreezableProxy, str]
+    postgres_schema: tuple[str, str], fresh_table: str, cut_off: tuple[TcpProxy, str]
 ) -> None:
     """A worker cut off while saving a result kept the row locked: no other worker could
     take the call over once its lease ran out, however long it tried."""
@@ -395,7 +310,7 @@ def test_a_change_cut_off_before_its_commit_does_not_hold_the_calls_row(
     with PostgresResultStore(dsn, schema=schema, table=fresh_table, pool_size=1) as other:
         lost = PostgresResultStore(through_proxy, schema=schema, table=fresh_table, pool_size=1)
         lost.claim(KEY, function_name="f", arguments_hash="h", owner="lost", lease_seconds=LEASE)
-        proxy.arm()
+        proxy.freeze_on(COMMIT)
         worker = _in_background(lambda: lost.save_result(KEY, {"type": "x"}, owner="lost"))
         assert proxy.frozen.wait(30)
         _eventually(lambda: _cut_off_backends(dsn, fresh_table) == 1, "the cut-off")
