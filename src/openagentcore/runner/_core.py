@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,7 +32,6 @@ from .._errors import (
     BadRequestError,
     ConflictError,
     NotFoundError,
-    OpenAgentCoreError,
     RedirectError,
 )
 from ..store import (
@@ -96,16 +95,13 @@ from ._results import (
     success_event,
     timeout_error,
 )
+from ._types import PendingCall, RunnerError
 
 __all__ = [
     "Call",
     "ContentKey",
-    "InDoubtCall",
-    "InDoubtDecision",
-    "PendingCall",
     "Phase",
     "RunnerCore",
-    "RunnerError",
     "Serve",
     "content_key",
 ]
@@ -158,10 +154,6 @@ ContentKey = tuple[tuple[str, str], ...]
 _TURN_MODES = frozenset({"connected", "created", "turn"})
 
 
-class RunnerError(OpenAgentCoreError):
-    """The runner cannot go on serving this Session (e.g. it was deleted)."""
-
-
 _IDLE_PHASES = frozenset({Phase.POSTED, Phase.DONE})
 #: The phase a call is in while each kind of store effect for it is in flight.
 _ANSWERED_IN: dict[type, Phase] = {
@@ -183,65 +175,6 @@ _UNANSWERED = _NOT_STARTED | {Phase.WAITING, Phase.TAKING_OVER, Phase.QUEUED, Ph
 _LINGER_FOR = _NOT_STARTED | {Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
 #: Outcomes that do not settle a call: a later announcement decides it afresh.
 _REDECIDE = frozenset({"released", "abandoned_by_serve"})
-
-
-@dataclass(frozen=True, slots=True)
-class PendingCall:
-    """A function call the server is waiting on."""
-
-    key: CallKey
-    name: str
-    arguments: object
-
-    @classmethod
-    def from_action(cls, session_id: str, action: FunctionCallAction) -> PendingCall:
-        return cls(
-            CallKey(session_id, action.turn_id, action.call_id), action.name, action.arguments
-        )
-
-    @classmethod
-    def from_item(cls, session_id: str, turn_id: str, item: FunctionCallItem) -> PendingCall:
-        return cls(CallKey(session_id, turn_id, item.call_id), item.name, item.arguments)
-
-
-@dataclass(frozen=True, slots=True)
-class InDoubtCall:
-    """Given to ``on_in_doubt``: a call that started earlier but left no saved result."""
-
-    key: CallKey
-    function_name: str
-    arguments: object
-    attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class InDoubtDecision:
-    """What to do with a call in doubt; build one with the class methods."""
-
-    kind: Literal["rerun", "fail", "result"]
-    value: object = None
-    error: str = IN_DOUBT_ERROR
-
-    @classmethod
-    def rerun(cls) -> InDoubtDecision:
-        """Run the function again: only safe when repeating its effect is harmless.
-        Capped by the function's ``max_attempts``: past it, the call fails as in doubt."""
-        return cls("rerun")
-
-    @classmethod
-    def fail(cls, error: str = IN_DOUBT_ERROR) -> InDoubtDecision:
-        """Submit a failed result with ``error`` (the default policy)."""
-        return cls("fail", error=error)
-
-    @classmethod
-    def result(cls, value: object) -> InDoubtDecision:
-        """Submit ``value`` as the successful result, e.g. after checking the effect."""
-        return cls("result", value=value)
-
-
-InDoubtHandler = Callable[[InDoubtCall], InDoubtDecision]
-ActionHandler = Callable[[str, RequiredAction], None]
-ErrorHook = Callable[[CallKey, BaseException], None]
 
 
 @dataclass(slots=True, eq=False)

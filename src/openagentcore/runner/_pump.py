@@ -16,7 +16,7 @@ import httpx
 
 from .._errors import APIConnectionError, APIStatusError, OpenAgentCoreError
 from ..types import SessionEvent
-from ._core import ActionHandler, InDoubtCall, InDoubtHandler, RunnerCore, RunnerError
+from ._core import RunnerCore
 from ._effects import (
     AskInDoubt,
     CancelFunction,
@@ -35,6 +35,7 @@ from ._effects import (
     perform_store,
 )
 from ._json import encode_output
+from ._types import ActionHandler, InDoubtCall, InDoubtHandler, RunnerError
 
 # Drivers use this module as their one vocabulary (``from . import _pump as pump``):
 # the messages they feed, the effects they carry out, and the helpers both share.
