@@ -34,6 +34,7 @@ from .._errors import (
     NotFoundError,
     RedirectError,
 )
+from .._retry import is_retryable_status
 from ..store import (
     CallKey,
     CallRecord,
@@ -709,7 +710,7 @@ class RunnerCore:
             return
         hopeless = not isinstance(error, APIError) or (
             isinstance(error, APIStatusError)
-            and not _worth_retrying(error.status_code)
+            and not is_retryable_status(error.status_code)
             and not isinstance(error, ConflictError)
         )
         if view.unreachable_since is None:
@@ -1761,13 +1762,8 @@ def classify_refusal(error: Exception) -> str:
     ):
         return "no_access"  # about the key or the URL, not this result
     if isinstance(error, APIStatusError):
-        return "retry_later" if _worth_retrying(error.status_code) else "rejected"
+        return "retry_later" if is_retryable_status(error.status_code) else "rejected"
     return "retry_later"
-
-
-def _worth_retrying(status: int) -> bool:
-    """A status that says "later", not "never": timeouts, too early, too many, 5xx."""
-    return status >= 500 or status in (408, 425, 429)
 
 
 def _message(error: Exception) -> str:

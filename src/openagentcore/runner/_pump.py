@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import httpx
 
 from .._errors import APIConnectionError, APIStatusError, OpenAgentCoreError
+from .._retry import is_retryable_status
 from ..types import SessionEvent
 from ._core import RunnerCore
 from ._effects import (
@@ -273,7 +274,7 @@ def report_action(hook: ActionHandler, effect: ReportAction) -> None:
 def reconnectable(error: BaseException) -> bool:
     """Whether opening the stream is worth trying again."""
     if isinstance(error, APIStatusError):
-        return error.status_code >= 500 or error.status_code in (408, 429)
+        return is_retryable_status(error.status_code)
     return isinstance(error, OpenAgentCoreError)
 
 
