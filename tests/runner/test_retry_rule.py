@@ -13,7 +13,7 @@ import pytest
 
 from openagentcore._errors import status_error
 from openagentcore._retry import RetryPolicy
-from openagentcore.runner._core import classify_refusal
+from openagentcore.runner._core import Refusal, classify_refusal
 from openagentcore.runner._pump import reconnectable
 
 URL = "https://api.test/v1/agents/sessions/ses_1/events"
@@ -31,7 +31,7 @@ def test_client_and_runner_retry_the_same_statuses(status: int) -> None:
     post_failed = status_error(httpx.Response(status, request=post), None)
 
     client_retries = RetryPolicy().should_retry(read_failed, get)
-    runner_posts_again = classify_refusal(post_failed) == "retry_later"
+    runner_posts_again = classify_refusal(post_failed) is Refusal.RETRY_LATER
     runner_reopens_stream = reconnectable(read_failed)
 
     assert client_retries == runner_posts_again == runner_reopens_stream, status
@@ -44,5 +44,5 @@ def test_too_early_is_worth_retrying_everywhere() -> None:
     too_early = status_error(httpx.Response(425, request=post), None)
 
     assert RetryPolicy().should_retry(too_early, post)
-    assert classify_refusal(too_early) == "retry_later"
+    assert classify_refusal(too_early) is Refusal.RETRY_LATER
     assert reconnectable(too_early)

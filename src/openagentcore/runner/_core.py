@@ -16,6 +16,7 @@ no saved result is *in doubt* and is never run again unless its function is idem
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 from collections import Counter, OrderedDict
@@ -72,6 +73,7 @@ from ._effects import (
     LookupResult,
     MarkInDoubt,
     Note,
+    Outcome,
     PostOutcome,
     PostResults,
     ReadSession,
@@ -83,6 +85,7 @@ from ._effects import (
     SessionOutcome,
     StoreAnswer,
     TakeOver,
+    Verdict,
     WriteMarks,
 )
 from ._phases import FIRST, Phase, check_move
@@ -102,6 +105,7 @@ __all__ = [
     "Call",
     "ContentKey",
     "Phase",
+    "Refusal",
     "RunnerCore",
     "Serve",
     "content_key",
@@ -175,7 +179,9 @@ _UNANSWERED = _NOT_STARTED | {Phase.WAITING, Phase.TAKING_OVER, Phase.QUEUED, Ph
 #: Saved results wait (up to ``BATCH_LINGER``) for calls of their Session in these.
 _LINGER_FOR = _NOT_STARTED | {Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
 #: Outcomes that do not settle a call: a later announcement decides it afresh.
-_REDECIDE = frozenset({"released", "abandoned_by_serve"})
+_REDECIDE = frozenset({Outcome.RELEASED, Outcome.ABANDONED_BY_SERVE})
+#: Outcomes that leave a call to another runner: announced again, it is not this one's.
+_NOT_MINE = frozenset({Outcome.LEFT_PENDING, Outcome.IN_DOUBT_ELSEWHERE})
 
 
 @dataclass(slots=True, eq=False)
@@ -229,7 +235,7 @@ class Call:
     #: that shows the Session idle proves its Turn ended (see ``_on_turns_ended``).
     known_at_read: int = 0
     #: Why the call is ``DONE`` (for reports and tests).
-    outcome: str = ""
+    outcome: Outcome | None = None
 
 
 @dataclass(slots=True)
@@ -630,7 +636,7 @@ class RunnerCore:
             elif call.phase is Phase.QUEUED:
                 self._give_back(call, now)
             elif call.phase is Phase.WAITING:
-                self._done(call, "released")  # never claimed: nothing to give back
+                self._done(call, Outcome.RELEASED)  # never claimed: nothing to give back
 
     def on_session_read(self, answer: SessionOutcome, now: float) -> None:
         view = self._view(answer.session_id)
@@ -778,7 +784,7 @@ class RunnerCore:
             return
         if call.phase is Phase.POSTED:
             self._queue_mark(key, CallState.APPLIED, now)
-            self._done(call, "applied")
+            self._done(call, Outcome.APPLIED)
         elif call.phase is Phase.POSTING:
             call.output_seen = True
 
@@ -795,7 +801,7 @@ class RunnerCore:
             serve.fatal.__cause__ = error
         for call in self._calls_of(session_id):
             if call.phase in (Phase.READY, Phase.BACKOFF):
-                self._done(call, "session_gone")
+                self._done(call, Outcome.SESSION_GONE)
 
     def _report_action(self, view: _SessionView, action: RequiredAction) -> None:
         ident = getattr(action, "request_id", None) or getattr(action, "environment_id", None)
@@ -822,10 +828,7 @@ class RunnerCore:
             self._forget(known)
             known = None
         if known is not None:
-            if known.phase is Phase.DONE and known.outcome in (
-                "left_pending",
-                "in_doubt_elsewhere",
-            ):
+            if known.phase is Phase.DONE and known.outcome in _NOT_MINE:
                 self._view(pending.key.session_id).not_mine.add(pending.key)
             self._count(pending.key.session_id, "duplicates_skipped")
             return
@@ -934,7 +937,7 @@ class RunnerCore:
         elif isinstance(effect, MarkInDoubt):
             self._on_marked_in_doubt(call, bool(value), now)
         elif isinstance(effect, Release):
-            self._done(call, "released")
+            self._done(call, Outcome.RELEASED)
         elif isinstance(effect, Lookup):
             assert isinstance(value, LookupResult)
             self._on_lookup(call, value, now)
@@ -989,7 +992,7 @@ class RunnerCore:
         call.attempts = record.attempts
         if record.state in (CallState.APPLIED, CallState.ABANDONED):
             self._count(call.key.session_id, "duplicates_skipped")
-            self._done(call, "duplicate")
+            self._done(call, Outcome.DUPLICATE)
         elif record.state is CallState.REJECTED:
             self._rejected(call, record, now, newly=False)
         elif record.has_result():
@@ -1044,7 +1047,10 @@ class RunnerCore:
             # A call cleared to run again by hand waits for a runner that serves it.
             report_to = "left_pending" if cleared_to_rerun(record) else "in_doubt"
         self._report_key(call.key.session_id, report_to, call.key)
-        self._done(call, "left_pending" if report_to == "left_pending" else "in_doubt_elsewhere")
+        self._done(
+            call,
+            Outcome.LEFT_PENDING if report_to == "left_pending" else Outcome.IN_DOUBT_ELSEWHERE,
+        )
 
     def _on_marked_in_doubt(self, call: Call, changed: bool, now: float) -> None:
         # Ours or not, a call marked in doubt is settled by the in-doubt policy at
@@ -1063,12 +1069,14 @@ class RunnerCore:
         function = call.function
         assert function is not None
         if function.idempotent:
-            self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)  # capped there
+            self._decided(
+                call, attempts, InDoubtAnswer(call.key, Verdict.RERUN), now
+            )  # capped there
         elif self.in_doubt_hook:
             self._move(call, Phase.DECIDING)
             self._effects.append(AskInDoubt(call.key, call.name, call.arguments, attempts))
         else:
-            self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)
+            self._decided(call, attempts, InDoubtAnswer(call.key, Verdict.FAIL), now)
 
     def on_in_doubt_answer(self, answer: InDoubtAnswer, now: float) -> None:
         """The ``on_in_doubt`` hook decided (a hook that raised decides ``fail``)."""
@@ -1079,7 +1087,11 @@ class RunnerCore:
 
     def _decided(self, call: Call, attempts: int, answer: InDoubtAnswer, now: float) -> None:
         function = call.function
-        if answer.kind == "rerun" and function is not None and attempts >= function.max_attempts:
+        if (
+            answer.kind is Verdict.RERUN
+            and function is not None
+            and attempts >= function.max_attempts
+        ):
             # ``max_attempts`` caps every run, whoever asks for another: a function that
             # kills its worker each time must not loop, whatever the hook answers.
             logger.warning(
@@ -1091,21 +1103,21 @@ class RunnerCore:
                 attempts,
                 function.max_attempts,
             )
-            answer = InDoubtAnswer(call.key, "fail")
+            answer = InDoubtAnswer(call.key, Verdict.FAIL)
         logger.warning(
             "Call %s of %s in Session %s is in doubt (started, no saved result); resolving with %s",
             call.key.call_id,
             call.name,
             call.key.session_id,
-            answer.kind,
+            answer.kind.value,
         )
-        if answer.kind == "rerun":
+        if answer.kind is Verdict.RERUN:
             self._wait_for_slot(
                 call, TakeOver(call.key, self.owner, self.lease_seconds, attempts), now
             )
             return
         event: dict[str, Any]
-        if answer.kind == "result":
+        if answer.kind is Verdict.RESULT:
             try:
                 event = success_event(call.key, answer.value)
             except (TypeError, ValueError):
@@ -1216,7 +1228,7 @@ class RunnerCore:
             elif call.phase is Phase.WAITING or (
                 call.phase in _NOT_STARTED and call.retry is not None
             ):
-                self._done(call, "abandoned_by_serve")
+                self._done(call, Outcome.ABANDONED_BY_SERVE)
 
     def _give_back(self, call: Call, now: float) -> None:
         """Release a claim whose function never started."""
@@ -1243,7 +1255,7 @@ class RunnerCore:
                 self._decide_existing(call, record, False, now)
                 return
             # The call was settled meanwhile (abandoned); nothing to post.
-            self._done(call, "duplicate")
+            self._done(call, Outcome.DUPLICATE)
             return
         if record.state is CallState.REJECTED:
             self._rejected(call, record, now, newly=False)
@@ -1307,7 +1319,7 @@ class RunnerCore:
         )
         self._report_key(call.key.session_id, "abandoned", call.key)
         self._queue_mark(call.key, CallState.ABANDONED, now)
-        self._done(call, "abandoned")
+        self._done(call, Outcome.ABANDONED)
         return True
 
     def _lingering(self, session_id: str, ready: list[Call], now: float) -> bool:
@@ -1332,12 +1344,12 @@ class RunnerCore:
             if view is not None:
                 view.unreachable_since = None
             for call in mine:
-                self._notes.append(CallSettled(call.key, call.name, "submitted"))
+                self._notes.append(CallSettled(call.key, call.name, Outcome.SUBMITTED))
                 self._move(call, Phase.POSTED)
                 self._count(call.key.session_id, "results_submitted")
                 if call.output_seen:
                     self._queue_mark(call.key, CallState.APPLIED, now)
-                    self._done(call, "applied")
+                    self._done(call, Outcome.APPLIED)
                 else:
                     self._queue_mark(call.key, CallState.SUBMITTED, now)
             return
@@ -1345,11 +1357,11 @@ class RunnerCore:
             self._session_gone(outcome.batch.session_id, error)
             return
         kind = classify_refusal(error)
-        if kind in ("retry_later", "no_access") and view is not None:
+        if kind in (Refusal.RETRY_LATER, Refusal.NO_ACCESS) and view is not None:
             self._server_failing(view, error, now)
-        if kind == "no_access":
-            kind = "retry_later"  # the result stays saved, for when the key or URL is fixed
-        if len(mine) > 1 and kind != "retry_later":
+        if kind is Refusal.NO_ACCESS:
+            kind = Refusal.RETRY_LATER  # the result stays saved, for when the key or URL is fixed
+        if len(mine) > 1 and kind is not Refusal.RETRY_LATER:
             # One bad result refuses the whole atomic batch: find it by sending each alone.
             for call in mine:
                 self._enter(call, Phase.READY, now)
@@ -1358,13 +1370,13 @@ class RunnerCore:
         for call in mine:
             self._on_refused(call, kind, error, now)
 
-    def _on_refused(self, call: Call, kind: str, error: Exception, now: float) -> None:
-        if kind == "retry_soon" and call.unknown_call_tries < UNKNOWN_CALL_RETRIES:
+    def _on_refused(self, call: Call, kind: Refusal, error: Exception, now: float) -> None:
+        if kind is Refusal.RETRY_SOON and call.unknown_call_tries < UNKNOWN_CALL_RETRIES:
             self._enter(call, Phase.BACKOFF, now)
             call.not_before = now + UNKNOWN_CALL_DELAY * 2**call.unknown_call_tries
             call.unknown_call_tries += 1
             return
-        if kind == "retry_later":
+        if kind is Refusal.RETRY_LATER:
             # The server did not answer usefully even after the client's retries. The
             # result stays saved; it is posted again, later and later.
             delay = min(POST_RETRY_MAX_DELAY, POST_RETRY_DELAY * 2 ** min(call.post_failures, 16))
@@ -1378,7 +1390,7 @@ class RunnerCore:
                 delay,
             )
             return
-        if kind == "conflict":
+        if kind is Refusal.CONFLICT:
             # The server holds another result for this call. Never overwrite it.
             self._report_key(call.key.session_id, "conflicts", call.key)
             logger.error(
@@ -1387,11 +1399,11 @@ class RunnerCore:
                 call.key.call_id,
             )
             self._queue_mark(call.key, CallState.ABANDONED, now)
-            self._done(call, "conflict")
-        elif kind == "abandoned":
+            self._done(call, Outcome.CONFLICT)
+        elif kind is Refusal.ABANDONED:
             self._report_key(call.key.session_id, "abandoned", call.key)
             self._queue_mark(call.key, CallState.ABANDONED, now)
-            self._done(call, "abandoned")
+            self._done(call, Outcome.ABANDONED)
         else:
             logger.error(
                 "The server refused the result for call %s: %s. The call stays pending; "
@@ -1414,7 +1426,7 @@ class RunnerCore:
         self._want_read(view, now)  # does the Turn still wait on it?
         if newly:
             self._queue_mark(call.key, CallState.REJECTED, now)
-        self._done(call, "rejected")
+        self._done(call, Outcome.REJECTED)
 
     # -- progress marks, leases, store health -------------------------------------------------
 
@@ -1669,7 +1681,7 @@ class RunnerCore:
                 call.claim_sent_at = now
             self._effects.append(effect)
 
-    def _done(self, call: Call, outcome: str) -> None:
+    def _done(self, call: Call, outcome: Outcome) -> None:
         if call.phase is not Phase.POSTED:  # a posted call was noted as submitted
             self._notes.append(CallSettled(call.key, call.name, outcome))
         self._move(call, Phase.DONE)
@@ -1732,38 +1744,52 @@ class RunnerCore:
                 keys.append(key)
 
 
-def classify_refusal(error: Exception) -> str:
-    """What a failed POST of results means: ``retry_soon`` (the call is not pending
-    yet), ``retry_later`` (nothing useful was said), ``conflict`` (the server holds
-    another result), ``abandoned`` (the Turn cannot take it any more) or ``rejected``
-    (the server refused this result).
+class Refusal(str, enum.Enum):
+    """What a failed POST of results means for each result in it."""
+
+    #: The call is not pending yet (the server announced it a moment early).
+    RETRY_SOON = "retry_soon"
+    #: Nothing useful was said (5xx, connection errors, unrecognised 409s): later.
+    RETRY_LATER = "retry_later"
+    #: The key or the URL is refused, not this result: later, once they are fixed.
+    NO_ACCESS = "no_access"
+    #: The server holds another result for the call.
+    CONFLICT = "conflict"
+    #: The Turn cannot take the result any more.
+    ABANDONED = "abandoned"
+    #: The server refused this result.
+    REJECTED = "rejected"
+
+
+def classify_refusal(error: Exception) -> Refusal:
+    """What a failed POST of results means (see :class:`Refusal`).
 
     409s are told apart by ``code`` first; the message is only a fallback for servers
     that answer ``conflict_error`` for everything, as the contract's own table does.
     """
     if isinstance(error, BadRequestError) and _UNKNOWN_CALL in _message(error):
-        return "retry_soon"
+        return Refusal.RETRY_SOON
     if isinstance(error, APIConnectionError):
-        return "retry_later"
+        return Refusal.RETRY_LATER
     if isinstance(error, ConflictError):
         code = getattr(error, "code", None)
         message = _message(error)
         if code == "idempotency_conflict" or error.is_idempotency_conflict:
-            return "conflict"
+            return Refusal.CONFLICT
         if code == "turn_conflict":
-            return "abandoned"
+            return Refusal.ABANDONED
         if _DIFFERENT_RESULT in message:
-            return "conflict"
+            return Refusal.CONFLICT
         if _CANNOT_ACCEPT in message:
-            return "abandoned"
-        return "retry_later"  # e.g. earlier input still pending: it passes
+            return Refusal.ABANDONED
+        return Refusal.RETRY_LATER  # e.g. earlier input still pending: it passes
     if isinstance(error, RedirectError) or (
         isinstance(error, APIStatusError) and error.status_code in (401, 403)
     ):
-        return "no_access"  # about the key or the URL, not this result
+        return Refusal.NO_ACCESS  # about the key or the URL, not this result
     if isinstance(error, APIStatusError):
-        return "retry_later" if is_retryable_status(error.status_code) else "rejected"
-    return "retry_later"
+        return Refusal.RETRY_LATER if is_retryable_status(error.status_code) else Refusal.REJECTED
+    return Refusal.RETRY_LATER
 
 
 def _message(error: Exception) -> str:

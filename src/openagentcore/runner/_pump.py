@@ -33,6 +33,7 @@ from ._effects import (
     SessionOutcome,
     StoreAnswer,
     StoreEffect,
+    Verdict,
     perform_store,
 )
 from ._json import encode_output
@@ -385,11 +386,11 @@ def ask_in_doubt(hook: InDoubtHandler, effect: AskInDoubt) -> InDoubtAnswer:
         value = decision.value
         if decision.kind == "result" and value is not None:
             value = encode_output(value)
-        return InDoubtAnswer(effect.key, decision.kind, value, decision.error)
+        return InDoubtAnswer(effect.key, Verdict(decision.kind), value, decision.error)
     except BaseException:
         logger.exception(
             "on_in_doubt raised, or gave a result that cannot be sent, for call %s; "
             "failing it as outcome unknown",
             effect.key.call_id,
         )
-        return InDoubtAnswer(effect.key, "fail")
+        return InDoubtAnswer(effect.key, Verdict.FAIL)
