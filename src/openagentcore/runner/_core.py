@@ -69,6 +69,7 @@ from ._effects import (
     FunctionOutcome,
     InDoubtAnswer,
     KeepLateOutcome,
+    LogNote,
     Lookup,
     LookupResult,
     MarkInDoubt,
@@ -110,8 +111,6 @@ __all__ = [
     "Serve",
     "content_key",
 ]
-
-logger = logging.getLogger("openagentcore.runner")
 
 MAX_BATCH = 64
 #: Longest a saved result waits for others of its Session still being decided, so that
@@ -649,7 +648,8 @@ class RunnerCore:
             # once in a while, not at every try.
             if now - view.read_warned_at >= READ_WARN_EVERY:
                 view.read_warned_at = now
-                logger.warning(
+                self._say(
+                    logging.WARNING,
                     "Could not read Session %s from %s: %s (trying again every %g s%s)",
                     answer.session_id,
                     _url_of(answer.error),
@@ -696,7 +696,8 @@ class RunnerCore:
             if call.known_at_read >= view.reads_sent or _turn_over(view, turn_id):
                 continue
             if call.phase in _UNANSWERED:
-                logger.info(
+                self._say(
+                    logging.INFO,
                     "Turn %s of Session %s ended while call %s was not answered; it is "
                     "no longer required and will not run (or is asked to stop)",
                     turn_id,
@@ -814,7 +815,8 @@ class RunnerCore:
         if self.action_hook:
             self._effects.append(ReportAction(view.session_id, action))
         else:
-            logger.info(
+            self._say(
+                logging.INFO,
                 "Session %s requires a %s action; this runner only serves function calls",
                 view.session_id,
                 action.type,
@@ -844,7 +846,8 @@ class RunnerCore:
         view.unsettled.add(pending.key)
         call.known_at_read = view.reads_sent
         if not _sendable(pending.key):
-            logger.error(
+            self._say(
+                logging.ERROR,
                 "Call %r of Session %s has ids that cannot be sent back as UTF-8 (a lone "
                 "surrogate); leaving it pending. The server should never send such ids.",
                 pending.key.call_id,
@@ -908,7 +911,8 @@ class RunnerCore:
             if answer.error is not None:
                 # Best effort: the outcome is in the log already, and nothing sent or
                 # to be sent depends on it, so it is not written again.
-                logger.warning(
+                self._say(
+                    logging.WARNING,
                     "Could not keep the late outcome of call %s in the result store: %s",
                     effect.key.call_id,
                     answer.error,
@@ -1002,7 +1006,8 @@ class RunnerCore:
         elif call.function is None:
             self._leave_unknown(call, record, stale)
         elif cleared_to_rerun(record):
-            logger.warning(
+            self._say(
+                logging.WARNING,
                 "Call %s of %s in Session %s was cleared to run again by hand; running it",
                 call.key.call_id,
                 call.name,
@@ -1094,7 +1099,8 @@ class RunnerCore:
         ):
             # ``max_attempts`` caps every run, whoever asks for another: a function that
             # kills its worker each time must not loop, whatever the hook answers.
-            logger.warning(
+            self._say(
+                logging.WARNING,
                 "Call %s of %s in Session %s was run %d times (max_attempts=%d); not "
                 "running it again as asked, failing it as outcome unknown",
                 call.key.call_id,
@@ -1104,7 +1110,8 @@ class RunnerCore:
                 function.max_attempts,
             )
             answer = InDoubtAnswer(call.key, Verdict.FAIL)
-        logger.warning(
+        self._say(
+            logging.WARNING,
             "Call %s of %s in Session %s is in doubt (started, no saved result); resolving with %s",
             call.key.call_id,
             call.name,
@@ -1121,13 +1128,19 @@ class RunnerCore:
             try:
                 event = success_event(call.key, answer.value)
             except (TypeError, ValueError):
-                logger.error("on_in_doubt's result for %s cannot be sent", call.key.call_id)
+                self._say(
+                    logging.ERROR, "on_in_doubt's result for %s cannot be sent", call.key.call_id
+                )
                 event = failure_event(call.key, IN_DOUBT_ERROR)
         else:
             try:
                 event = checked_failure_event(call.key, answer.error or IN_DOUBT_ERROR)
             except ValueError:
-                logger.error("on_in_doubt's error text for %s cannot be sent", call.key.call_id)
+                self._say(
+                    logging.ERROR,
+                    "on_in_doubt's error text for %s cannot be sent",
+                    call.key.call_id,
+                )
                 event = failure_event(call.key, IN_DOUBT_ERROR)
         self._save(call, event, None, now)
 
@@ -1164,8 +1177,12 @@ class RunnerCore:
             function = call.function
             assert function is not None
             assert function.timeout is not None
-            logger.warning(
-                "Call %s of %s timed out after %g s", call.key.call_id, call.name, function.timeout
+            self._say(
+                logging.WARNING,
+                "Call %s of %s timed out after %g s",
+                call.key.call_id,
+                call.name,
+                function.timeout,
             )
             self._effects.append(CancelFunction(call.key))
             self._overrunning[call.key] = call.name
@@ -1191,7 +1208,8 @@ class RunnerCore:
             late = outcome.event
             if late is None:
                 late = failure_event(outcome.key, ENDED_WITHOUT_RESULT)
-            logger.warning(
+            self._say(
+                logging.WARNING,
                 "Call %s finished after its timeout; its late outcome was not sent, and is "
                 "kept in the result store: %s",
                 outcome.key.call_id,
@@ -1267,7 +1285,8 @@ class RunnerCore:
         """The function finished, but another worker's verdict on its call (marked in
         doubt and answered, or settled) was saved first: the first saved result is what
         the model gets. The function's own is kept beside it, as after a timeout."""
-        logger.warning(
+        self._say(
+            logging.WARNING,
             "Call %s of %s in Session %s finished, but another worker had settled it "
             "first (%s); its result was not sent, and is kept in the result store as its "
             "late outcome: %s",
@@ -1312,7 +1331,8 @@ class RunnerCore:
         view = self._view(call.key.session_id)
         if call.key.turn_id not in view.cancelled_turns or call.post_failures:
             return False
-        logger.info(
+        self._say(
+            logging.INFO,
             "Call %s: its Turn %s was cancelled, so its saved result is kept but not submitted",
             call.key.call_id,
             call.key.turn_id,
@@ -1383,7 +1403,8 @@ class RunnerCore:
             call.post_failures += 1
             self._enter(call, Phase.BACKOFF, now)
             call.not_before = now + delay
-            logger.warning(
+            self._say(
+                logging.WARNING,
                 "Could not submit the result of call %s (%s); retrying in %.1f s",
                 call.key.call_id,
                 error,
@@ -1393,7 +1414,8 @@ class RunnerCore:
         if kind is Refusal.CONFLICT:
             # The server holds another result for this call. Never overwrite it.
             self._report_key(call.key.session_id, "conflicts", call.key)
-            logger.error(
+            self._say(
+                logging.ERROR,
                 "Call %s already has a different result on the server; the saved one was "
                 "not applied. Inspect it with `openagentcore calls show`.",
                 call.key.call_id,
@@ -1405,7 +1427,8 @@ class RunnerCore:
             self._queue_mark(call.key, CallState.ABANDONED, now)
             self._done(call, Outcome.ABANDONED)
         else:
-            logger.error(
+            self._say(
+                logging.ERROR,
                 "The server refused the result for call %s: %s. The call stays pending; "
                 "inspect it with `openagentcore calls show %s` and answer it with "
                 "`openagentcore calls resolve %s --failed MESSAGE` (or --output TEXT).",
@@ -1461,8 +1484,11 @@ class RunnerCore:
             return
         if not isinstance(error, StoreUnavailableError):
             # The store refuses these for good; they are bookkeeping, so drop them.
-            logger.error(
-                "The result store refused %d progress marks: %s", len(effect.changes), error
+            self._say(
+                logging.ERROR,
+                "The result store refused %d progress marks: %s",
+                len(effect.changes),
+                error,
             )
             return
         # Bookkeeping only: put them back (newer marks win) and try again later.
@@ -1479,7 +1505,9 @@ class RunnerCore:
             delay = STORE_RETRY_DELAY * 2 ** min(self._renew_failures, 16)
             self._renew_failures += 1
             self._renew_retry_at = now + min(STORE_RETRY_MAX_DELAY, delay)
-            logger.warning("Could not renew leases, retrying next round: %s", answer.error)
+            self._say(
+                logging.WARNING, "Could not renew leases, retrying next round: %s", answer.error
+            )
             return
         self._renew_failures = 0
         self._renew_retry_at = float("-inf")
@@ -1494,14 +1522,19 @@ class RunnerCore:
             elif call.phase is Phase.QUEUED:
                 # Another worker may have taken it, or answered it "outcome unknown":
                 # its function must not start here. A later read decides it afresh.
-                logger.warning(
+                self._say(
+                    logging.WARNING,
                     "Lost the claim on call %s before its function started; not starting it",
                     key.call_id,
                 )
                 call.lease_held = False
                 self._forget(call)
             else:
-                logger.warning("Lost the lease on call %s; another worker may take it", key.call_id)
+                self._say(
+                    logging.WARNING,
+                    "Lost the lease on call %s; another worker may take it",
+                    key.call_id,
+                )
 
     def _on_store_error(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
         if not isinstance(error, StoreUnavailableError):
@@ -1526,7 +1559,8 @@ class RunnerCore:
     def _on_store_refused(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
         """A permanent store error (data the store cannot hold): the model gets a failed
         result, posted without a record, since it can never be saved."""
-        logger.error(
+        self._say(
+            logging.ERROR,
             "The result store refused %s of call %s: %s",
             type(effect).__name__,
             call.key.call_id,
@@ -1562,7 +1596,9 @@ class RunnerCore:
         self._store_retry_at = now + delay
         for serve in self.serves.values():
             serve.report.store_errors += 1
-        logger.warning("Result store unavailable while %s; retrying in %.1f s", doing, delay)
+        self._say(
+            logging.WARNING, "Result store unavailable while %s; retrying in %.1f s", doing, delay
+        )
 
     def _store_ok(self) -> None:
         self._store_failures = 0
@@ -1680,6 +1716,11 @@ class RunnerCore:
             if isinstance(effect, (ClaimCall, TakeOver)):
                 call.claim_sent_at = now
             self._effects.append(effect)
+
+    def _say(self, level: int, message: str, *args: object) -> None:
+        """Leave a log line for the observer, which logs it after the round: the core
+        does no I/O, logging included."""
+        self._notes.append(LogNote(level, message, args))
 
     def _done(self, call: Call, outcome: Outcome) -> None:
         if call.phase is not Phase.POSTED:  # a posted call was noted as submitted

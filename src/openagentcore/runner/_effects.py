@@ -30,6 +30,7 @@ __all__ = [
     "InDoubtAnswer",
     "KeepLateOutcome",
     "Lookup",
+    "LogNote",
     "LookupResult",
     "Note",
     "MarkInDoubt",
@@ -373,7 +374,17 @@ class CallSettled:
     outcome: Outcome
 
 
-Note = CallStarted | CallSettled
+@dataclass(frozen=True, slots=True)
+class LogNote:
+    """A line the core has for the operator's log: the observer logs it (on the
+    ``openagentcore.runner`` logger) as ``logger.log(level, message, *args)`` would."""
+
+    level: int
+    message: str
+    args: tuple[object, ...] = ()
+
+
+Note = CallStarted | CallSettled | LogNote
 
 
 def perform_store(effect: StoreEffect, store: ResultStore) -> StoreAnswer:

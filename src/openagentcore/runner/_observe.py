@@ -1,9 +1,10 @@
 """What operators see of calls: log lines, and OpenTelemetry spans and metrics.
 
 Drivers hand the observer, once per round of their pump and in order, the messages fed
-to the core, the notes it made (:class:`CallStarted`, :class:`CallSettled`) and the
-effects it returned. From those alone it logs one INFO line when a call starts and one
-when it settles, warns when the result store stays unreachable, and, when OpenTelemetry
+to the core, the notes it made (:class:`CallStarted`, :class:`CallSettled`, and the
+core's own log lines as :class:`LogNote`) and the effects it returned. From those alone
+it logs one INFO line when a call starts and one when it settles, logs what the core
+said, warns when the result store stays unreachable, and, when OpenTelemetry
 is installed, records a span per call (GenAI semantic conventions for
 ``execute_tool``) with child spans for saving and posting its result, and metrics.
 """
@@ -177,8 +178,10 @@ class CallObserver:
         for note in notes:
             if isinstance(note, CallStarted):
                 self._on_started(note, now)
-            else:
+            elif isinstance(note, CallSettled):
                 self._on_settled(note, now)
+            else:
+                runner_logger.log(note.level, note.message, *note.args)
         for effect in effects:
             self._on_effect(effect)
 
