@@ -1,8 +1,10 @@
 """Mutation testing of the runner's core against the simulator (issue 23).
 
-How much of ``runner/_core.py`` and ``store/_rules.py`` does the simulator pin down? Each
-mutant (one small change, made by mutmut 3's generator) is "killed" when the simulator
-fails on a fixed list of seeds that pass on the unmutated code, and "survives" otherwise.
+How much of the runner's core (``runner/_core.py`` and the modules it is made of:
+``_core_base.py``, ``_housekeeping.py``, ``_serves.py``, ``_calls.py``) and of
+``store/_rules.py`` does the simulator pin down? Each mutant (one small change, made by
+mutmut 3's generator) is "killed" when the simulator fails on a fixed list of seeds that
+pass on the unmutated code, and "survives" otherwise.
 
     nice -n 10 python scripts/mutation.py               # setup, baseline, every mutant, summary
     python scripts/mutation.py --every 3                # a deterministic sample: every 3rd mutant
@@ -62,7 +64,14 @@ RESULTS = WORK / "results.jsonl"
 MUTANTS = WORK / "mutants.json"
 BASELINE = WORK / "baseline.json"
 #: The files mutated, relative to the repository's root.
-MUTATED = ("src/openagentcore/runner/_core.py", "src/openagentcore/store/_rules.py")
+MUTATED = (
+    "src/openagentcore/runner/_core.py",
+    "src/openagentcore/runner/_core_base.py",
+    "src/openagentcore/runner/_housekeeping.py",
+    "src/openagentcore/runner/_serves.py",
+    "src/openagentcore/runner/_calls.py",
+    "src/openagentcore/store/_rules.py",
+)
 DEFAULT_SEEDS = ROOT / "tests" / "sim" / "mutation_seeds.txt"
 #: A mutant may use this many times the CPU of the unmutated run (plus a constant)
 #: before it counts as hung; the wall-time budget is a multiple of that, for a loaded machine.

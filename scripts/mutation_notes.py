@@ -66,34 +66,34 @@ _PER_NAME = "no simulated function sets max_concurrency: per-function counts are
 
 #: Per mutant (its name without the module), the class and the one-line reason.
 MUTANT_NOTES: dict[str, tuple[str, str]] = {
-    # RunnerCore.__init__
-    "xǁRunnerCoreǁ__init____mutmut_5": (GAP, UNKNOWN),
-    "xǁRunnerCoreǁ__init____mutmut_7": (GAP, HOOK),
-    "xǁRunnerCoreǁ__init____mutmut_9": (
+    # CoreBase.__init__
+    "xǁCoreBaseǁ__init____mutmut_5": (GAP, UNKNOWN),
+    "xǁCoreBaseǁ__init____mutmut_7": (GAP, HOOK),
+    "xǁCoreBaseǁ__init____mutmut_9": (
         GAP,
         "no outage of refused connections (APIConnectionError) long enough for a serve "
         "with a deadline-less unreachable_timeout to give up",
     ),
-    "xǁRunnerCoreǁ__init____mutmut_15": (EQUIVALENT, "serve ids only need to be unique and rising"),
-    "xǁRunnerCoreǁ__init____mutmut_17": (GAP, NOTES_),
-    "xǁRunnerCoreǁ__init____mutmut_25": (
+    "xǁCoreBaseǁ__init____mutmut_15": (EQUIVALENT, "serve ids only need to be unique and rising"),
+    "xǁCoreBaseǁ__init____mutmut_17": (GAP, NOTES_),
+    "xǁCoreBaseǁ__init____mutmut_25": (
         EQUIVALENT,
         "_marks_due is always set by the first queued mark before anything reads it",
     ),
-    "xǁRunnerCoreǁ__init____mutmut_27": (EQUIVALENT, "None is as false as False here"),
-    "xǁRunnerCoreǁ__init____mutmut_29": (EQUIVALENT, "None is as false as False here"),
-    "xǁRunnerCoreǁ__init____mutmut_33": (
+    "xǁCoreBaseǁ__init____mutmut_27": (EQUIVALENT, "None is as false as False here"),
+    "xǁCoreBaseǁ__init____mutmut_29": (EQUIVALENT, "None is as false as False here"),
+    "xǁCoreBaseǁ__init____mutmut_33": (
         GAP,
         "leases never renewed: no seed runs a function longer than the lease with the "
         "store up (the lease invariant would then fire)",
     ),
-    "xǁRunnerCoreǁ__init____mutmut_35": (GAP, TIMING + " (first store retry 0.2 s, not 0.1 s)"),
-    "xǁRunnerCoreǁ__init____mutmut_39": (EQUIVALENT, 'float() reads "-INF" as "-inf"'),
-    "xǁRunnerCoreǁstop__mutmut_1": (
+    "xǁCoreBaseǁ__init____mutmut_35": (GAP, TIMING + " (first store retry 0.2 s, not 0.1 s)"),
+    "xǁCoreBaseǁ__init____mutmut_39": (EQUIVALENT, 'float() reads "-INF" as "-inf"'),
+    "xǁServeTrackerǁstop__mutmut_1": (
         EQUIVALENT,
         "the default is never used: the pump, stop()'s only caller, always passes force",
     ),
-    "xǁRunnerCoreǁattach__mutmut_2": (
+    "xǁServeTrackerǁattach__mutmut_2": (
         GAP,
         STOP + " (falling serve ids would make stop() also stop serves attached after it)",
     ),
@@ -101,69 +101,72 @@ MUTANT_NOTES: dict[str, tuple[str, str]] = {
 
 MUTANT_NOTES.update(
     {
-        "xǁRunnerCoreǁon_event__mutmut_2": (
+        "xǁServeTrackerǁon_event__mutmut_2": (
             EQUIVALENT,
             "snapshots_streamed is only compared for equality: any change per snapshot works",
         ),
-        "xǁRunnerCoreǁon_event__mutmut_4": (
+        "xǁServeTrackerǁon_event__mutmut_4": (
             EQUIVALENT,
             "snapshots_streamed is only compared for equality: any change per snapshot works",
         ),
-        "xǁRunnerCoreǁon_event__mutmut_12": (GAP, MARKS + ": the output Item only marks applied"),
-        "xǁRunnerCoreǁon_event__mutmut_16": (GAP, MARKS + ": the output Item only marks applied"),
-        "xǁRunnerCoreǁon_event__mutmut_18": (GAP, MARKS + ": the output Item only marks applied"),
-        "xǁRunnerCoreǁon_event__mutmut_84": (GAP, "the simulator's server runs no subagent Turns"),
-        "xǁRunnerCoreǁon_session_read__mutmut_3": (EQUIVALENT, "None is as false as False here"),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_20": (EQUIVALENT, _KEY_UNREAD),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_76": (EQUIVALENT, _KEY_UNREAD),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_42": (
+        "xǁServeTrackerǁon_event__mutmut_12": (GAP, MARKS + ": the output Item only marks applied"),
+        "xǁServeTrackerǁon_event__mutmut_16": (GAP, MARKS + ": the output Item only marks applied"),
+        "xǁServeTrackerǁon_event__mutmut_18": (GAP, MARKS + ": the output Item only marks applied"),
+        "xǁServeTrackerǁon_event__mutmut_84": (
+            GAP,
+            "the simulator's server runs no subagent Turns",
+        ),
+        "xǁServeTrackerǁon_session_read__mutmut_3": (EQUIVALENT, "None is as false as False here"),
+        "xǁCallMachineǁ_in_doubt__mutmut_20": (EQUIVALENT, _KEY_UNREAD),
+        "xǁCallMachineǁ_in_doubt__mutmut_76": (EQUIVALENT, _KEY_UNREAD),
+        "xǁCallMachineǁ_in_doubt__mutmut_42": (
             EQUIVALENT,
             "_decided reads attempts only for a rerun; this answer is fail",
         ),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_50": (EQUIVALENT, _ANY_KIND_FAILS),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_54": (EQUIVALENT, _ANY_KIND_FAILS),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_80": (EQUIVALENT, _ANY_KIND_FAILS),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_62": (GAP, HOOK + " (the hooks ignore the arguments)"),
-        "xǁRunnerCoreǁ_on_saved__mutmut_1": (EQUIVALENT, "None is as false as False here"),
-        "xǁRunnerCoreǁ_on_saved__mutmut_3": (
+        "xǁCallMachineǁ_in_doubt__mutmut_50": (EQUIVALENT, _ANY_KIND_FAILS),
+        "xǁCallMachineǁ_in_doubt__mutmut_54": (EQUIVALENT, _ANY_KIND_FAILS),
+        "xǁCallMachineǁ_in_doubt__mutmut_80": (EQUIVALENT, _ANY_KIND_FAILS),
+        "xǁCallMachineǁ_in_doubt__mutmut_62": (GAP, HOOK + " (the hooks ignore the arguments)"),
+        "xǁCallMachineǁ_on_saved__mutmut_1": (EQUIVALENT, "None is as false as False here"),
+        "xǁCallMachineǁ_on_saved__mutmut_3": (
             EQUIVALENT,
             "Call.event is written but never read by anything once the save answered",
         ),
-        "xǁRunnerCoreǁon_posted__mutmut_44": (EQUIVALENT, _OUTCOME_UNREAD),
-        "xǁRunnerCoreǁon_posted__mutmut_48": (EQUIVALENT, _OUTCOME_UNREAD),
-        "xǁRunnerCoreǁon_posted__mutmut_18": (GAP, NOTES_),
-        "xǁRunnerCoreǁon_posted__mutmut_20": (GAP, NOTES_),
-        "xǁRunnerCoreǁon_posted__mutmut_26": (GAP, NOTES_),
-        "xǁRunnerCoreǁon_posted__mutmut_50": (GAP, MARKS),
-        "xǁRunnerCoreǁon_posted__mutmut_96": (GAP, "the error is only logged, and logging is off"),
-        "xǁRunnerCoreǁ_on_refused__mutmut_3": (GAP, _ANY_REPORT),
-        "xǁRunnerCoreǁ_on_refused__mutmut_21": (GAP, _ANY_REPORT),
-        "xǁRunnerCoreǁ_on_refused__mutmut_59": (GAP, _ANY_REPORT),
-        "xǁRunnerCoreǁ_on_marks_written__mutmut_1": (
+        "xǁCallMachineǁon_posted__mutmut_44": (EQUIVALENT, _OUTCOME_UNREAD),
+        "xǁCallMachineǁon_posted__mutmut_48": (EQUIVALENT, _OUTCOME_UNREAD),
+        "xǁCallMachineǁon_posted__mutmut_18": (GAP, NOTES_),
+        "xǁCallMachineǁon_posted__mutmut_20": (GAP, NOTES_),
+        "xǁCallMachineǁon_posted__mutmut_26": (GAP, NOTES_),
+        "xǁCallMachineǁon_posted__mutmut_50": (GAP, MARKS),
+        "xǁCallMachineǁon_posted__mutmut_96": (GAP, "the error is only logged, and logging is off"),
+        "xǁCallMachineǁ_on_refused__mutmut_3": (GAP, _ANY_REPORT),
+        "xǁCallMachineǁ_on_refused__mutmut_21": (GAP, _ANY_REPORT),
+        "xǁCallMachineǁ_on_refused__mutmut_59": (GAP, _ANY_REPORT),
+        "xǁHousekeepingǁ_on_marks_written__mutmut_1": (
             EQUIVALENT,
             "None is as false as False here",
         ),
-        "xǁRunnerCoreǁ_rejected__mutmut_20": (GAP, MARKS),
-        "xǁRunnerCoreǁ_rejected__mutmut_30": (GAP, NOTES_),
-        "xǁRunnerCoreǁ_on_session__mutmut_21": (
+        "xǁCallMachineǁ_rejected__mutmut_20": (GAP, MARKS),
+        "xǁCallMachineǁ_rejected__mutmut_30": (GAP, NOTES_),
+        "xǁServeTrackerǁ_on_session__mutmut_21": (
             EQUIVALENT,
             "snapshots is only compared with earlier values of itself: any rising step works",
         ),
-        "xǁRunnerCoreǁ_hold__mutmut_33": (EQUIVALENT, "_enter reads now only for READY"),
-        "xǁRunnerCoreǁ_decide_existing__mutmut_20": (
+        "xǁCallMachineǁ_hold__mutmut_33": (EQUIVALENT, "_enter reads now only for READY"),
+        "xǁCallMachineǁ_decide_existing__mutmut_20": (
             EQUIVALENT,
             "_rejected never reads its record argument",
         ),
-        "xǁRunnerCoreǁ_decide_existing__mutmut_22": (EQUIVALENT, "None is as false as False"),
-        "xǁRunnerCoreǁ_decide_existing__mutmut_16": (GAP, NOTES_),
-        "xǁRunnerCoreǁ_consider__mutmut_20": (GAP, REPORT),
-        "xǁRunnerCoreǁ_consider__mutmut_70": (GAP, UNKNOWN),
-        "xǁRunnerCoreǁ_consider__mutmut_72": (GAP, UNKNOWN),
-        "xǁRunnerCoreǁon_store_answer__mutmut_3": (GAP, MARKS),
-        "xǁRunnerCoreǁon_store_answer__mutmut_77": (GAP, LIVENESS),
-        "xǁRunnerCoreǁon_store_answer__mutmut_79": (GAP, LIVENESS),
-        "xǁRunnerCoreǁon_store_answer__mutmut_81": (GAP, LIVENESS),
-        "xǁRunnerCoreǁon_posted__mutmut_14": (GAP, LIVENESS + " (a failed POST seen as sent)"),
+        "xǁCallMachineǁ_decide_existing__mutmut_22": (EQUIVALENT, "None is as false as False"),
+        "xǁCallMachineǁ_decide_existing__mutmut_16": (GAP, NOTES_),
+        "xǁCallMachineǁ_consider__mutmut_20": (GAP, REPORT),
+        "xǁCallMachineǁ_consider__mutmut_70": (GAP, UNKNOWN),
+        "xǁCallMachineǁ_consider__mutmut_72": (GAP, UNKNOWN),
+        "xǁCallMachineǁon_store_answer__mutmut_3": (GAP, MARKS),
+        "xǁCallMachineǁon_store_answer__mutmut_77": (GAP, LIVENESS),
+        "xǁCallMachineǁon_store_answer__mutmut_79": (GAP, LIVENESS),
+        "xǁCallMachineǁon_store_answer__mutmut_81": (GAP, LIVENESS),
+        "xǁCallMachineǁon_posted__mutmut_14": (GAP, LIVENESS + " (a failed POST seen as sent)"),
         "x__sendable__mutmut_3": (
             EQUIVALENT,
             "an ASCII separator changes nothing: encoding fails iff an id has a lone surrogate",
@@ -204,25 +207,25 @@ MUTANT_NOTES.update(
             GAP,
             "a person's command refused is taken by the simulator for a race it lost",
         ),
-        "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
-        "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
-        "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
-        "xǁRunnerCoreǁon_function_done__mutmut_53": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_71": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_77": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_79": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_81": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_19": (GAP, _LATE),
-        "xǁRunnerCoreǁon_function_done__mutmut_21": (GAP, _LATE),
-        "xǁRunnerCoreǁon_function_done__mutmut_39": (GAP, _LATE),
-        "xǁRunnerCoreǁon_session_read__mutmut_35": (
+        "xǁCallMachineǁ_start_queued__mutmut_39": (GAP, NOTES_),
+        "xǁCallMachineǁ_start_queued__mutmut_41": (GAP, NOTES_),
+        "xǁCallMachineǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
+        "xǁCallMachineǁon_function_done__mutmut_53": (GAP, REPORT),
+        "xǁCallMachineǁon_function_done__mutmut_71": (GAP, REPORT),
+        "xǁCallMachineǁon_function_done__mutmut_77": (GAP, REPORT),
+        "xǁCallMachineǁon_function_done__mutmut_79": (GAP, REPORT),
+        "xǁCallMachineǁon_function_done__mutmut_81": (GAP, REPORT),
+        "xǁCallMachineǁon_function_done__mutmut_19": (GAP, _LATE),
+        "xǁCallMachineǁon_function_done__mutmut_21": (GAP, _LATE),
+        "xǁCallMachineǁon_function_done__mutmut_39": (GAP, _LATE),
+        "xǁServeTrackerǁon_session_read__mutmut_35": (
             GAP,
             TURN + ": a Turn whose end only a read shows (its end event lost)",
         ),
     }
 )
 
-#: Per function (mangled name, e.g. ``xǁRunnerCoreǁstop``), for its survivors on lines
+#: Per function (mangled name, e.g. ``xǁServeTrackerǁstop``), for its survivors on lines
 #: the simulator runs: the class and the reason or the scenario that would kill them.
 FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "xǁPendingCallǁfrom_item": (
@@ -232,95 +235,95 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     ),
     "xǁInDoubtDecisionǁresult": (GAP, HOOK),
     "xǁServeǁstreamed_answer": (GAP, TURN),
-    "xǁRunnerCoreǁattach": (
+    "xǁServeTrackerǁattach": (
         GAP,
         TIMING + ": recover's first read is only sooner; the next round reads anyway",
     ),
-    "xǁRunnerCoreǁdetach": (
+    "xǁServeTrackerǁdetach": (
         GAP,
         "claims left by an ended serve are released later or lapse; a check that a "
         "detached serve leaves no claim of an unstarted call would kill it (also " + MEMORY + ")",
     ),
-    "xǁRunnerCoreǁstop": (GAP, STOP),
-    "xǁRunnerCoreǁexpect_turn": (GAP, TIMING + "; run_turn falls back to listing Turns"),
-    "xǁRunnerCoreǁstart_turn": (GAP, TURN),
-    "xǁRunnerCoreǁfinished": (GAP, TURN + "; " + REPORT + "; " + MARKS),
-    "xǁRunnerCoreǁ_refused_in_turn": (GAP, TURN + "; " + REPORT),
-    "xǁRunnerCoreǁon_dropped": (GAP, REPORT),
-    "xǁRunnerCoreǁon_stream_failed": (
+    "xǁServeTrackerǁstop": (GAP, STOP),
+    "xǁServeTrackerǁexpect_turn": (GAP, TIMING + "; run_turn falls back to listing Turns"),
+    "xǁServeTrackerǁstart_turn": (GAP, TURN),
+    "xǁServeTrackerǁfinished": (GAP, TURN + "; " + REPORT + "; " + MARKS),
+    "xǁServeTrackerǁ_refused_in_turn": (GAP, TURN + "; " + REPORT),
+    "xǁServeTrackerǁon_dropped": (GAP, REPORT),
+    "xǁServeTrackerǁon_stream_failed": (
         GAP,
         "no stream that cannot be opened again (other than 404) while a serve waits",
     ),
-    "xǁRunnerCoreǁon_event": (
+    "xǁServeTrackerǁon_event": (
         GAP,
         "a Turn cancelled while its calls are queued or running, seen on the stream "
         "before any read; calls announced on the stream only (reads failing); terminal "
         "events whose Turn status differs from their type; else " + TURN,
     ),
-    "xǁRunnerCoreǁ_cancel_turn": (
+    "xǁServeTrackerǁ_cancel_turn": (
         GAP,
         "a Turn cancelled while one of its calls is queued or running and another Turn's "
         "call is running: the cancel must reach exactly that Turn's calls",
     ),
-    "xǁRunnerCoreǁon_session_read": (
+    "xǁServeTrackerǁon_session_read": (
         GAP,
         "a failed read followed by a quiet stream: only the retry after poll_interval "
         "moves the serve on; in the simulator something else always reads again",
     ),
-    "xǁRunnerCoreǁ_server_failing": (
+    "xǁServeTrackerǁ_server_failing": (
         GAP,
         "reads or POSTs failing with an HTTP error retrying cannot help (401, 403, 400) "
         "or with 5xx for longer than unreachable_timeout: the serve must end with that "
         "error, at once or then; no seed checks which error ends a serve, or when",
     ),
-    "xǁRunnerCoreǁ_end_serves": (
+    "xǁServeTrackerǁ_end_serves": (
         GAP,
         "no serve(until='forever') in the simulator: it must outlive an outage",
     ),
-    "xǁRunnerCoreǁ_on_lookup": (
+    "xǁCallMachineǁ_on_lookup": (
         GAP,
         TIMING + ": a found record ignored is claimed afresh, lost, and decided the same; "
         "a stale one taken for live waits for a later read",
     ),
-    "xǁRunnerCoreǁ_on_marked_in_doubt": (
+    "xǁCallMachineǁ_on_marked_in_doubt": (
         GAP,
         "a mark-in-doubt that loses to another worker (changed=False) is rare in these "
         "seeds; no check that a worker renews only leases of calls it runs",
     ),
-    "xǁRunnerCoreǁon_in_doubt_answer": (
+    "xǁCallMachineǁon_in_doubt_answer": (
         GAP,
         HOOK + "; no hook answers rerun, nor after its call was settled another way",
     ),
-    "xǁRunnerCoreǁ_decided": (GAP, HOOK),
-    "xǁRunnerCoreǁ_start_queued": (
+    "xǁCallMachineǁ_decided": (GAP, HOOK),
+    "xǁCallMachineǁ_start_queued": (
         GAP,
         _PER_NAME + "; and in these seeds no function outlives its timeout (seeds 0-99 "
         "have some: tests/sim/test_sim.py)",
     ),
-    "xǁRunnerCoreǁ_time_out": (
+    "xǁCallMachineǁ_time_out": (
         GAP,
         _PER_NAME + "; no check of who saved a timed-out call's failure",
     ),
-    "xǁRunnerCoreǁon_function_done": (
+    "xǁCallMachineǁon_function_done": (
         GAP,
         _PER_NAME + "; an outcome that arrives after the deadline, before the timekeeper "
         "looked, and a function that exits without a result, are rare in these seeds",
     ),
-    "xǁRunnerCoreǁ_release_unrun": (
+    "xǁServeTrackerǁ_release_unrun": (
         GAP,
         "a serve that ends holding claims (or store retries) of calls not started: no "
         "check that they are given back at once, or redecided when announced again",
     ),
-    "xǁRunnerCoreǁ_give_back": (
+    "xǁCoreBaseǁ_give_back": (
         GAP,
         "a claim given back is released later or lapses: no check that it is at once",
     ),
-    "xǁRunnerCoreǁ_save": (
+    "xǁCallMachineǁ_save": (
         GAP,
         "a save by a worker whose lapsed claim another worker took over: the store "
         "must refuse it; no seed has a worker save after losing its claim",
     ),
-    "xǁRunnerCoreǁ_take_batches": (
+    "xǁCallMachineǁ_take_batches": (
         GAP,
         TIMING + ": results still go out, in more or later POSTs (no check of batching)",
     ),
@@ -339,59 +342,67 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "x_started_record": (GAP, STAMPS),
     "x__first_doubt": (GAP, STAMPS),
     "x_keep_late_outcome": (GAP, STAMPS),
-    "xǁRunnerCoreǁ_lingering": (GAP, TIMING + ": results go out in more or later POSTs"),
-    "xǁRunnerCoreǁon_posted": (
+    "xǁCallMachineǁ_lingering": (GAP, TIMING + ": results go out in more or later POSTs"),
+    "xǁCallMachineǁon_posted": (
         GAP,
         TIMING + ": POSTs failing for longer than unreachable_timeout, and a batch of "
         "several refused for one bad result, are rare in these seeds",
     ),
-    "xǁRunnerCoreǁ_on_refused": (GAP, TIMING + ": retry delays and counts of refused POSTs"),
-    "xǁRunnerCoreǁ_rejected": (
+    "xǁCallMachineǁ_on_refused": (GAP, TIMING + ": retry delays and counts of refused POSTs"),
+    "xǁCallMachineǁ_rejected": (
         GAP,
         TURN + "; a Turn that waits on a refused result is mostly settled by the "
         "simulated person before any run_turn could return it as waiting",
     ),
-    "xǁRunnerCoreǁ_queue_mark": (GAP, MARKS),
-    "xǁRunnerCoreǁ_flush_marks": (GAP, MARKS),
-    "xǁRunnerCoreǁ_on_marks_written": (GAP, MARKS),
-    "xǁRunnerCoreǁ_on_renewed": (
+    "xǁHousekeepingǁ_queue_mark": (GAP, MARKS),
+    "xǁHousekeepingǁ_flush_marks": (GAP, MARKS),
+    "xǁHousekeepingǁ_on_marks_written": (GAP, MARKS),
+    "xǁHousekeepingǁ_on_renewed": (
         GAP,
         TIMING + ": when leases are renewed; a lost lease is only logged, and the lease "
         "invariant fires only for a function that outlives its lease",
     ),
-    "xǁRunnerCoreǁ_on_store_error": (
+    "xǁCallMachineǁ_on_store_error": (
         GAP,
         TIMING + ": when a store effect is retried after an outage (it is, later)",
     ),
-    "xǁRunnerCoreǁ_on_store_refused": (
+    "xǁCallMachineǁ_on_store_refused": (
         GAP,
         "a store that refuses a call's data for good (not an outage) is rare in these "
         "seeds; the text of the unsaved failure posted then is not checked",
     ),
-    "xǁRunnerCoreǁ_store_failed": (GAP, TIMING + "; " + REPORT + " (store_errors)"),
-    "xǁRunnerCoreǁ_store_ok": (GAP, TIMING + " (the store retry delay's growth)"),
+    "xǁHousekeepingǁ_store_failed": (GAP, TIMING + "; " + REPORT + " (store_errors)"),
+    "xǁHousekeepingǁ_store_ok": (GAP, TIMING + " (the store retry delay's growth)"),
     "xǁRunnerCoreǁtake_effects": (
         GAP,
         TIMING + ": when reads, marks and renewals go out; serves still end",
     ),
+    "xǁServeTrackerǁ_reads_due": (GAP, TIMING + ": when reads go out; serves still end"),
+    "xǁHousekeepingǁ_housekeeping_due": (
+        GAP,
+        TIMING + ": when marks and renewals go out; serves still end",
+    ),
     "xǁRunnerCoreǁnext_wakeup": (GAP, TIMING + ": the loop wakes later or sooner"),
-    "xǁRunnerCoreǁ_next_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
-    "xǁRunnerCoreǁ_want_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
-    "xǁRunnerCoreǁ_enter": (GAP, TIMING),
-    "xǁRunnerCoreǁ_unwatch": (GAP, TIMING + "; " + MEMORY),
-    "xǁRunnerCoreǁ_emit": (GAP, TIMING + ": a store effect waits for the store, or not"),
+    "xǁCallMachineǁ_call_wakeups": (GAP, TIMING + ": the loop wakes later or sooner"),
+    "xǁServeTrackerǁ_read_wakeups": (GAP, TIMING + ": the loop wakes later or sooner"),
+    "xǁHousekeepingǁ_housekeeping_wakeups": (GAP, TIMING + ": the loop wakes later or sooner"),
+    "xǁServeTrackerǁ_next_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
+    "xǁCoreBaseǁ_want_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
+    "xǁCoreBaseǁ_enter": (GAP, TIMING),
+    "xǁCallMachineǁ_calls_due": (GAP, TIMING + "; " + MEMORY),
+    "xǁCoreBaseǁ_emit": (GAP, TIMING + ": a store effect waits for the store, or not"),
     "xǁRunnerCoreǁtake_notes": (GAP, NOTES_),
-    "xǁRunnerCoreǁ_done": (GAP, NOTES_ + "; " + MEMORY),
-    "xǁRunnerCoreǁ_move": (GAP, MEMORY),
-    "xǁRunnerCoreǁ_forget": (GAP, MEMORY),
-    "xǁRunnerCoreǁ_view": (GAP, MEMORY),
-    "xǁRunnerCoreǁ_count": (GAP, REPORT),
-    "xǁRunnerCoreǁ_calls_of": (
+    "xǁCoreBaseǁ_done": (GAP, NOTES_ + "; " + MEMORY),
+    "xǁCoreBaseǁ_move": (GAP, MEMORY),
+    "xǁCoreBaseǁ_forget": (GAP, MEMORY),
+    "xǁCoreBaseǁ_view": (GAP, MEMORY),
+    "xǁCoreBaseǁ_count": (GAP, REPORT),
+    "xǁCoreBaseǁ_calls_of": (
         GAP,
         LIVENESS + ": its callers (giving back unrun claims, cancelling a Turn's "
         "functions) then find no calls",
     ),
-    "xǁRunnerCoreǁ_report_key": (GAP, REPORT),
+    "xǁCoreBaseǁ_report_key": (GAP, REPORT),
     "x_classify_refusal": (GAP, _ANY_REPORT),
     "x__worth_retrying": (GAP, _ANY_REPORT),
     "x__message": (GAP, _ANY_REPORT),
@@ -401,31 +412,31 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
         GAP,
         TIMING + ": a call the stream announces is found by the next read anyway",
     ),
-    "xǁRunnerCoreǁ_unreachable": (
+    "xǁServeTrackerǁ_unreachable": (
         GAP,
         TIMING + ": no check that a serve rides out a connection outage shorter than "
         "unreachable_timeout, or gives up right after it",
     ),
-    "xǁRunnerCoreǁ_on_session": (GAP, TURN + "; " + MEMORY),
-    "xǁRunnerCoreǁ_on_output": (GAP, MARKS),
-    "xǁRunnerCoreǁ_consider": (
+    "xǁServeTrackerǁ_on_session": (GAP, TURN + "; " + MEMORY),
+    "xǁServeTrackerǁ_on_output": (GAP, MARKS),
+    "xǁCallMachineǁ_consider": (
         GAP,
         TIMING + ": a call left to others or redecided takes a detour; also " + LIVENESS,
     ),
-    "xǁRunnerCoreǁ_claim_effect": (
+    "xǁCallMachineǁ_claim_effect": (
         GAP,
         "no check of what a claim writes besides its state, owner and attempts",
     ),
-    "xǁRunnerCoreǁon_store_answer": (
+    "xǁCallMachineǁon_store_answer": (
         GAP,
         TIMING + ": a store answer misread costs another look-up or a later read",
     ),
-    "xǁRunnerCoreǁ_hold": (
+    "xǁCallMachineǁ_hold": (
         GAP,
         "a claim answered after its serve ended is run instead of given back, and lease "
         "renewals start late or never: no function outlives its lease in these seeds",
     ),
-    "xǁRunnerCoreǁ_decide_existing": (
+    "xǁCallMachineǁ_decide_existing": (
         GAP,
         TIMING + ": a record misread is re-examined by the store's own rules (which "
         "refuse a wrong mark or take-over) and decided again later; " + REPORT,
@@ -443,7 +454,7 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "x_release": (GAP, SQL + "; a claim released after a person's rerun is rare here"),
     "x_settle_by_hand": (GAP, SQL + "; " + _RARE_BY_HAND),
     "x_answered_by_hand": (GAP, SQL),
-    "xǁRunnerCoreǁ_settled": (
+    "xǁServeTrackerǁ_settled": (
         GAP,
         "when a serve may return: the simulator checks that serves end, not that they "
         "end no earlier than the Session allows (e.g. recover returning mid-pass)",
@@ -454,52 +465,52 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
 UNREACHED_NOTES: dict[str, str] = {
     "xǁInDoubtDecisionǁrerun": "no on_in_doubt hook answers rerun()",
     "xǁInDoubtDecisionǁfail": "no on_in_doubt hook answers fail()",
-    "xǁRunnerCoreǁstop": STOP,
-    "xǁRunnerCoreǁ_cancel_turn": "no seed cancels a Turn while its call is queued or running",
-    "xǁRunnerCoreǁ_report_action": (
+    "xǁServeTrackerǁstop": STOP,
+    "xǁServeTrackerǁ_cancel_turn": "no seed cancels a Turn while its call is queued or running",
+    "xǁServeTrackerǁ_report_action": (
         "the simulated server asks only for function calls, never another action "
         "(an approval, an Environment) that the runner reports"
     ),
-    "xǁRunnerCoreǁ_leave_unknown": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
-    "xǁRunnerCoreǁ_consider": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
-    "xǁRunnerCoreǁ_on_lookup": UNKNOWN + "; and no record that vanishes before a re-check",
-    "xǁRunnerCoreǁ_hold": UNKNOWN + " (with unknown_functions='fail')",
-    "xǁRunnerCoreǁ_decided": (
+    "xǁCallMachineǁ_leave_unknown": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
+    "xǁCallMachineǁ_consider": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
+    "xǁCallMachineǁ_on_lookup": UNKNOWN + "; and no record that vanishes before a re-check",
+    "xǁCallMachineǁ_hold": UNKNOWN + " (with unknown_functions='fail')",
+    "xǁCallMachineǁ_decided": (
         "no on_in_doubt hook answers fail(error), or a result that cannot be sent"
     ),
-    "xǁRunnerCoreǁ_in_doubt": (
+    "xǁCallMachineǁ_in_doubt": (
         "no idempotent call is in doubt max_attempts times in these seeds (the "
         "attempt cap is reached only in longer histories)"
     ),
-    "xǁRunnerCoreǁ_decide_existing": (
+    "xǁCallMachineǁ_decide_existing": (
         "in these seeds no worker meets a call a person cleared to run again "
         "(calls resolve --rerun) before the policy answered it; " + UNKNOWN
     ),
-    "xǁRunnerCoreǁ_unreachable": (
+    "xǁServeTrackerǁ_unreachable": (
         "the simulated outages answer (502, web pages): none refuses connections "
         "(APIConnectionError) for longer than unreachable_timeout while a serve waits"
     ),
-    "xǁRunnerCoreǁ_session_gone": "no Session is deleted (404) while a worker serves it",
-    "xǁRunnerCoreǁon_stream_failed": "no Session is deleted (404) while a worker serves it",
-    "xǁRunnerCoreǁon_session_read": (
+    "xǁServeTrackerǁ_session_gone": "no Session is deleted (404) while a worker serves it",
+    "xǁServeTrackerǁon_stream_failed": "no Session is deleted (404) while a worker serves it",
+    "xǁServeTrackerǁon_session_read": (
         "no Session is deleted (404) while served; no read answers for a Turn that "
         "run_turn waits on after its end event was lost"
     ),
-    "xǁRunnerCoreǁon_store_answer": (
+    "xǁCallMachineǁon_store_answer": (
         "no store refuses to keep a late outcome, and no claim is won after its call was forgotten"
     ),
-    "xǁRunnerCoreǁ_server_failing": (
+    "xǁServeTrackerǁ_server_failing": (
         "no request fails with an error retrying cannot help (401, 403, 400) or one "
         "that is not an APIError"
     ),
-    "xǁRunnerCoreǁ_on_session": (
+    "xǁServeTrackerǁ_on_session": (
         "the simulated server asks only for function calls, never another action"
     ),
-    "xǁRunnerCoreǁon_event": "no message Items are streamed to run_turn's serves in these seeds",
-    "xǁRunnerCoreǁbusy": "busy() without a Session is only asked by close(), never here",
-    "xǁRunnerCoreǁ_settled": "no recover() pass meets a call it has not settled yet",
-    "xǁRunnerCoreǁ_refused_in_turn": "no run_turn waits on a Turn whose result was refused",
-    "xǁRunnerCoreǁfinished": "no run_turn waits on a Turn whose result was refused",
+    "xǁServeTrackerǁon_event": "no message Items are streamed to run_turn's serves in these seeds",
+    "xǁServeTrackerǁbusy": "busy() without a Session is only asked by close(), never here",
+    "xǁServeTrackerǁ_settled": "no recover() pass meets a call it has not settled yet",
+    "xǁServeTrackerǁ_refused_in_turn": "no run_turn waits on a Turn whose result was refused",
+    "xǁServeTrackerǁfinished": "no run_turn waits on a Turn whose result was refused",
     "x__sendable": "no call ids that cannot be sent as UTF-8",
     "x_decode_result": DAMAGED,
     "x_record_to_row": DAMAGED,
@@ -548,7 +559,8 @@ def _only_text_changed(before: str, after: str) -> bool:
 
 @functools.cache
 def _log_call_lines(file: str) -> frozenset[int]:
-    """The lines of ``logger.<level>(...)`` calls in a source file."""
+    """The lines of log calls in a source file: ``logger.<level>(...)``, and the core's
+    ``self._say(...)``, whose notes the observer logs."""
     with open(file) as source:
         tree = ast.parse(source.read())
     lines: set[int] = set()
@@ -557,7 +569,7 @@ def _log_call_lines(file: str) -> frozenset[int]:
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "logger"
+            and (node.func.value.id == "logger" or node.func.attr == "_say")
         ):
             lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
     return frozenset(lines)

@@ -5,8 +5,10 @@ The policy is pure decision (no I/O): the sync and async transports share it thr
 a request that succeeds first time pays for no retry machinery. ``tenacity_kwargs``
 applies the same policy with tenacity, for callers who retry their own work.
 
-Retried: connection errors and timeouts, 408, 429 and every 5xx (503
+Retried: connection errors and timeouts, 408, 425, 429 and every 5xx (503
 ``execution_unavailable`` included). Never retried: redirects, 409 and every other 4xx.
+:func:`is_retryable_status` is the one rule: the runner uses it too, to tell a result
+worth posting again or a stream worth reopening from one the server refused.
 
 A POST is replayable only on the routes whose ``Idempotency-Key`` the contract honours
 (Session creation and event submission). Any other POST is retried only when the
@@ -33,11 +35,22 @@ import tenacity
 
 from ._errors import APIConnectionError, APIError, APIStatusError
 
-__all__ = ["Attempts", "RetryPolicy", "retry_after_seconds", "within"]
+__all__ = [
+    "RETRYABLE_STATUSES",
+    "Attempts",
+    "RetryPolicy",
+    "is_retryable_status",
+    "retry_after_seconds",
+    "within",
+]
 
 logger = logging.getLogger("openagentcore")
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+#: The 4xx statuses that say "later", not "never": a timeout (408), too early (425,
+#: a request the server will take once the connection is established) and too many
+#: requests (429). Every 5xx says so too.
+RETRYABLE_STATUSES = frozenset({408, 425, 429})
 #: 503 codes that error-codes.md documents as written before anything is admitted.
 _REFUSED_BEFORE_ADMISSION = frozenset({"authentication_unavailable", "sandbox_reset_in_progress"})
 #: Past this many doublings every sensible ``max_delay`` is reached; stopping there keeps
@@ -193,7 +206,9 @@ def _describe(error: BaseException | None) -> str:
 
 
 def is_retryable_status(status: int) -> bool:
-    return status in (408, 429) or status >= 500
+    """Whether a request answered with ``status`` is worth sending again: the client's
+    retries, the runner's POSTs of results and its stream reconnects all ask this."""
+    return status in RETRYABLE_STATUSES or status >= 500
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

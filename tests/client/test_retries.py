@@ -41,7 +41,7 @@ def highest_jitter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(random, "uniform", lambda low, high: high)
 
 
-@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+@pytest.mark.parametrize("status", [408, 425, 429, 500, 502, 503, 504])
 async def test_retryable_status_is_retried_until_success(
     client: AnyClient, api: respx.MockRouter, status: int
 ) -> None:

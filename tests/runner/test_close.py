@@ -16,8 +16,7 @@ import pytest
 
 from openagentcore import AsyncClient, AsyncFunctionRunner, Client, FunctionRunner
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
-from openagentcore.runner import ServeReport
-from openagentcore.runner._core import RunnerError
+from openagentcore.runner import RunnerError, ServeReport
 
 MakeCore = Callable[..., LocalCore]
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from openagentcore import APIError, resolve_call
-from openagentcore.runner import ServeReport, ServeTimeout
-from openagentcore.runner._core import Phase, RunnerError
+from openagentcore.runner import RunnerError, ServeReport, ServeTimeout
+from openagentcore.runner._core import Phase
 from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
 from openagentcore.store import (
     CallKey,

@@ -3,13 +3,13 @@
 from ._async import AsyncFunctionRunner
 from ._base import RunnerError, ServeTimeout
 from ._context import CallContext, Cancellation, current_call
-from ._core import InDoubtCall, InDoubtDecision, PendingCall
 from ._fleet import FleetReport
 from ._output import StructuredOutputError, structured_output
 from ._registry import ArgumentsError, RegisteredFunction
 from ._report import ServeReport, TurnResult
 from ._results import IN_DOUBT_ERROR, INTERNAL_ERROR
 from ._sync import FunctionRunner
+from ._types import InDoubtCall, InDoubtDecision, PendingCall
 
 __all__ = [
     "IN_DOUBT_ERROR",

@@ -18,13 +18,14 @@ from ..resources._base import CallOptions
 from ..store import ResultStore, new_owner_id, open_store
 from ..store._records import owner_opened
 from ..types import InputMessageEvent, MessageItem, UserMessage
-from ._core import ActionHandler, ErrorHook, InDoubtHandler, RunnerCore, RunnerError, Serve
+from ._core import RunnerCore, Serve
 from ._execution import Hooks
 from ._observe import CallObserver
 from ._output import parse_turn_output
 from ._registry import DEFAULT_MAX_ATTEMPTS, FunctionRegistry, describe_function
 from ._report import ServeReport, TurnResult
 from ._results import ErrorFormatter
+from ._types import ActionHandler, ErrorHook, InDoubtHandler, RunnerError
 
 __all__ = ["RunnerBase", "RunnerError", "RunnerOptions", "ServeTimeout"]
 

@@ -8,6 +8,7 @@ simulator under ``tests/sim`` carries them out on a simulated server, store and 
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +30,11 @@ __all__ = [
     "InDoubtAnswer",
     "KeepLateOutcome",
     "Lookup",
+    "LogNote",
     "LookupResult",
     "Note",
     "MarkInDoubt",
+    "Outcome",
     "PostOutcome",
     "PostResults",
     "ReadSession",
@@ -44,6 +47,7 @@ __all__ = [
     "StoreAnswer",
     "StoreEffect",
     "TakeOver",
+    "Verdict",
     "WriteMarks",
     "perform_store",
 ]
@@ -298,10 +302,22 @@ class SessionOutcome:
     error: Exception | None = None
 
 
+class Verdict(str, enum.Enum):
+    """What is decided for a call in doubt (``InDoubtDecision.kind``, as the core
+    takes it)."""
+
+    RERUN = "rerun"
+    FAIL = "fail"
+    RESULT = "result"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True, slots=True)
 class InDoubtAnswer:
     key: CallKey
-    kind: str  # "rerun", "fail" or "result"
+    kind: Verdict
     value: object = None
     error: str = ""
 
@@ -318,19 +334,57 @@ class CallStarted:
     attempt: int
 
 
+class Outcome(str, enum.Enum):
+    """Why this runner is done with a call. The values are what logs, spans and metrics
+    show (``outcome=submitted``, ``openagentcore.call.outcome``): keep them stable."""
+
+    #: The server accepted the result (202).
+    SUBMITTED = "submitted"
+    #: The result's output Item was seen: the Turn has it.
+    APPLIED = "applied"
+    #: Another worker (or an earlier run) settled it already.
+    DUPLICATE = "duplicate"
+    #: The server refused the result; a person settles it.
+    REJECTED = "rejected"
+    #: The server holds another result for the call.
+    CONFLICT = "conflict"
+    #: The Turn cannot take the result any more (cancelled, say); it stays saved.
+    ABANDONED = "abandoned"
+    #: A function this runner does not serve: left for a runner that does.
+    LEFT_PENDING = "left_pending"
+    #: In doubt, and only a runner serving its function can settle it.
+    IN_DOUBT_ELSEWHERE = "in_doubt_elsewhere"
+    #: Its claim was given back (or never made): its function never started here.
+    RELEASED = "released"
+    #: The Session no longer exists.
+    SESSION_GONE = "session_gone"
+    #: No serve follows its Session any more and its function never started.
+    ABANDONED_BY_SERVE = "abandoned_by_serve"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True, slots=True)
 class CallSettled:
-    """This runner is done with a call. ``outcome`` is one of ``submitted`` (the
-    server accepted the result), ``applied``, ``duplicate``, ``rejected``,
-    ``conflict``, ``abandoned``, ``in_doubt``, ``left_pending``, ``in_doubt_elsewhere``,
-    ``released``, ``session_gone`` or ``abandoned_by_serve``."""
+    """This runner is done with a call, for the reason ``outcome`` says."""
 
     key: CallKey
     function_name: str
-    outcome: str
+    outcome: Outcome
 
 
-Note = CallStarted | CallSettled
+@dataclass(frozen=True, slots=True)
+class LogNote:
+    """A line the core has for the operator's log: the observer logs it (on the
+    ``openagentcore.runner`` logger) as ``logger.log(level, message, *args)`` would."""
+
+    level: int
+    message: str
+    args: tuple[object, ...] = ()
+
+
+Note = CallStarted | CallSettled | LogNote
 
 
 def perform_store(effect: StoreEffect, store: ResultStore) -> StoreAnswer:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._context import CallContext, run_with_context, run_with_context_async
-from ._core import ErrorHook
 from ._effects import FunctionOutcome, RunFunction
 from ._registry import ArgumentsError
 from ._results import (
@@ -30,6 +29,7 @@ from ._results import (
     failure_event,
     success_event,
 )
+from ._types import ErrorHook
 
 __all__ = ["Hooks", "ReturnedAwaitable", "await_returned", "call_async", "call_sync"]
 

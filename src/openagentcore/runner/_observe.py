@@ -1,9 +1,10 @@
 """What operators see of calls: log lines, and OpenTelemetry spans and metrics.
 
 Drivers hand the observer, once per round of their pump and in order, the messages fed
-to the core, the notes it made (:class:`CallStarted`, :class:`CallSettled`) and the
-effects it returned. From those alone it logs one INFO line when a call starts and one
-when it settles, warns when the result store stays unreachable, and, when OpenTelemetry
+to the core, the notes it made (:class:`CallStarted`, :class:`CallSettled`, and the
+core's own log lines as :class:`LogNote`) and the effects it returned. From those alone
+it logs one INFO line when a call starts and one when it settles, logs what the core
+said, warns when the result store stays unreachable, and, when OpenTelemetry
 is installed, records a span per call (GenAI semantic conventions for
 ``execute_tool``) with child spans for saving and posting its result, and metrics.
 """
@@ -25,6 +26,7 @@ from ._effects import (
     ClaimCall,
     MarkInDoubt,
     Note,
+    Outcome,
     PostOutcome,
     PostResults,
     SaveResult,
@@ -54,9 +56,9 @@ _FAILURES_LOGGED_EVERY = 1000
 #: Function names remembered for calls not settled yet.
 _NAMES_LIMIT = 4096
 #: Outcomes that count a call as in doubt even when no effect showed it.
-_IN_DOUBT_OUTCOMES = frozenset({"in_doubt", "in_doubt_elsewhere"})
+_IN_DOUBT_OUTCOMES = frozenset({Outcome.IN_DOUBT_ELSEWHERE})
 #: Outcomes after which the server holds this runner's result.
-_OK_OUTCOMES = frozenset({"submitted", "applied", "duplicate"})
+_OK_OUTCOMES = frozenset({Outcome.SUBMITTED, Outcome.APPLIED, Outcome.DUPLICATE})
 
 
 @dataclass(slots=True)
@@ -176,8 +178,10 @@ class CallObserver:
         for note in notes:
             if isinstance(note, CallStarted):
                 self._on_started(note, now)
-            else:
+            elif isinstance(note, CallSettled):
                 self._on_settled(note, now)
+            else:
+                runner_logger.log(note.level, note.message, *note.args)
         for effect in effects:
             self._on_effect(effect)
 
@@ -251,7 +255,7 @@ class CallObserver:
             note.function_name,
             note.key.call_id,
             note.key.session_id,
-            note.outcome,
+            note.outcome.value,
             "" if duration is None else f" duration={duration:.3f}s",
         )
         if self._tracer is None:
@@ -262,7 +266,7 @@ class CallObserver:
         self._names.pop(note.key, None)
         attributes = {
             "gen_ai.tool.name": note.function_name,
-            "openagentcore.call.outcome": note.outcome,
+            "openagentcore.call.outcome": note.outcome.value,
         }
         self._calls_counter.add(1, attributes)
         if duration is not None:
@@ -272,10 +276,10 @@ class CallObserver:
         for child in tracked.children:
             _end(child, None)
         span = tracked.span
-        span.set_attribute("openagentcore.call.outcome", note.outcome)
+        span.set_attribute("openagentcore.call.outcome", note.outcome.value)
         if note.outcome not in _OK_OUTCOMES:
-            span.set_attribute("error.type", note.outcome)
-            span.set_status(otel_trace.StatusCode.ERROR, f"call {note.outcome}")
+            span.set_attribute("error.type", note.outcome.value)
+            span.set_status(otel_trace.StatusCode.ERROR, f"call {note.outcome.value}")
         span.end()
 
     def _on_effect(self, effect: object) -> None:

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Protocol
 import httpx
 
 from .._errors import APIConnectionError, APIStatusError, OpenAgentCoreError
+from .._retry import is_retryable_status
 from ..types import SessionEvent
-from ._core import ActionHandler, InDoubtCall, InDoubtHandler, RunnerCore, RunnerError
+from ._core import RunnerCore
 from ._effects import (
     AskInDoubt,
     CancelFunction,
@@ -32,9 +33,11 @@ from ._effects import (
     SessionOutcome,
     StoreAnswer,
     StoreEffect,
+    Verdict,
     perform_store,
 )
 from ._json import encode_output
+from ._types import ActionHandler, InDoubtCall, InDoubtHandler, RunnerError
 
 # Drivers use this module as their one vocabulary (``from . import _pump as pump``):
 # the messages they feed, the effects they carry out, and the helpers both share.
@@ -272,7 +275,7 @@ def report_action(hook: ActionHandler, effect: ReportAction) -> None:
 def reconnectable(error: BaseException) -> bool:
     """Whether opening the stream is worth trying again."""
     if isinstance(error, APIStatusError):
-        return error.status_code >= 500 or error.status_code in (408, 429)
+        return is_retryable_status(error.status_code)
     return isinstance(error, OpenAgentCoreError)
 
 
@@ -383,11 +386,11 @@ def ask_in_doubt(hook: InDoubtHandler, effect: AskInDoubt) -> InDoubtAnswer:
         value = decision.value
         if decision.kind == "result" and value is not None:
             value = encode_output(value)
-        return InDoubtAnswer(effect.key, decision.kind, value, decision.error)
+        return InDoubtAnswer(effect.key, Verdict(decision.kind), value, decision.error)
     except BaseException:
         logger.exception(
             "on_in_doubt raised, or gave a result that cannot be sent, for call %s; "
             "failing it as outcome unknown",
             effect.key.call_id,
         )
-        return InDoubtAnswer(effect.key, "fail")
+        return InDoubtAnswer(effect.key, Verdict.FAIL)

@@ -29,11 +29,13 @@ from ._records import (
     CallRecord,
     CallState,
     Claim,
+    Liveness,
     arguments_hash,
     idempotency_key_for,
     new_owner_id,
     owner_is_alive,
     owner_is_dead,
+    process_liveness,
 )
 from ._sqlite import SQLiteResultStore
 
@@ -46,6 +48,7 @@ __all__ = [
     "CallState",
     "Claim",
     "InvalidTransitionError",
+    "Liveness",
     "MemoryResultStore",
     "PostgresResultStore",
     "ResultStore",
@@ -63,6 +66,7 @@ __all__ = [
     "open_store",
     "owner_is_alive",
     "owner_is_dead",
+    "process_liveness",
 ]
 
 #: Where :func:`open_store` keeps records when given no store (relative to the working

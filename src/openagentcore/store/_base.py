@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from . import _rules
 from ._exceptions import InvalidTransitionError, UnknownCallError
-from ._records import CallKey, CallRecord, CallState, Claim, owner_is_alive
+from ._records import CallKey, CallRecord, CallState, Claim, Liveness, process_liveness
 
 __all__ = ["Clock", "StoreBase", "normalize_find_filters", "validate_older_than"]
 
@@ -25,11 +25,15 @@ class StoreBase(abc.ABC):
     """Clock, staleness, the state changes built on ``_update``, and context-manager
     support; concrete stores supply storage (``claim``, ``_update``, reads, ``close``)."""
 
-    def __init__(self, *, clock: Clock = time.time) -> None:
+    def __init__(self, *, clock: Clock = time.time, liveness: Liveness = process_liveness) -> None:
         self._clock = clock
+        #: What the store knows of an owner beyond its lease: by default, this host's
+        #: process table and this process's open runners.
+        self._liveness = liveness
 
     def is_stale(self, record: CallRecord, *, now: float | None = None) -> bool:
-        return _rules.is_stale(record, now=self._clock() if now is None else now)
+        now = self._clock() if now is None else now
+        return _rules.is_stale(record, now=now, liveness=self._liveness)
 
     def take_over(
         self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int
@@ -42,6 +46,7 @@ class StoreBase(abc.ABC):
                 lease_seconds=lease_seconds,
                 expected_attempts=expected_attempts,
                 now=now,
+                liveness=self._liveness,
             ),
         )
         return Claim(won=changed, record=record)
@@ -90,7 +95,11 @@ class StoreBase(abc.ABC):
         _, changed = self._update(
             key,
             lambda current, now: _rules.mark_in_doubt(
-                current, owner=owner, expected_attempts=expected_attempts, now=now
+                current,
+                owner=owner,
+                expected_attempts=expected_attempts,
+                now=now,
+                liveness=self._liveness,
             ),
         )
         return changed
@@ -117,7 +126,7 @@ class StoreBase(abc.ABC):
         record, changed = self._update(
             key,
             lambda current, now: _rules.settle_by_hand(
-                current, saved, settled_by=settled_by, now=now
+                current, saved, settled_by=settled_by, now=now, liveness=self._liveness
             ),
             result_text=text,
         )
@@ -125,7 +134,7 @@ class StoreBase(abc.ABC):
             if (
                 record.owner is not None
                 and not record.has_result()
-                and owner_is_alive(record.owner)
+                and self._liveness(record.owner) is True
             ):
                 raise InvalidTransitionError(
                     f"call {key.call_id!r} is started and its worker ({record.owner}) is still "

@@ -9,7 +9,15 @@ from collections.abc import Callable, Iterable
 from . import _rules
 from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
 from ._exceptions import StoreClosedError, UnknownCallError
-from ._records import PRUNABLE_STATES, CallKey, CallRecord, CallState, Claim
+from ._records import (
+    PRUNABLE_STATES,
+    CallKey,
+    CallRecord,
+    CallState,
+    Claim,
+    Liveness,
+    process_liveness,
+)
 
 __all__ = ["MemoryResultStore"]
 
@@ -22,8 +30,8 @@ class MemoryResultStore(StoreBase):
     too.
     """
 
-    def __init__(self, *, clock: Clock = time.time) -> None:
-        super().__init__(clock=clock)
+    def __init__(self, *, clock: Clock = time.time, liveness: Liveness = process_liveness) -> None:
+        super().__init__(clock=clock, liveness=liveness)
         self._lock = threading.Lock()
         self._rows: dict[CallKey, _rules.Row] | None = {}
 
@@ -45,7 +53,8 @@ class MemoryResultStore(StoreBase):
             existing = rows.get(key)
             if existing is not None:
                 record = _rules.record_from_row(existing)
-                stale = _rules.is_stale(record, now=self._clock())
+                now = self._clock()
+                stale = _rules.is_stale(record, now=now, liveness=self._liveness)
                 return Claim(won=False, record=record, stale=stale)
             record = _rules.started_record(
                 key,

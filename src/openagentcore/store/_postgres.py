@@ -20,7 +20,7 @@ from ._exceptions import (
     StoreSchemaError,
     StoreUnavailableError,
 )
-from ._records import CallKey, Claim
+from ._records import CallKey, Claim, Liveness, process_liveness
 from ._rules import DamagedRowError
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
@@ -167,6 +167,7 @@ class PostgresResultStore(SQLResultStore):
         statement_timeout: float = 30.0,
         idle_in_transaction_timeout: float | None = None,
         clock: Clock | None = None,
+        liveness: Liveness = process_liveness,
     ) -> None:
         try:
             import psycopg
@@ -194,6 +195,7 @@ class PostgresResultStore(SQLResultStore):
             table=f'"{schema}"."{table}"',
             clock=time.time if clock is None else clock,
             now_sql=_DATABASE_NOW if clock is None else None,
+            liveness=liveness,
         )
         if _RAW_KEY_CONFLICT not in self._insert_sql:
             raise AssertionError("the claim INSERT no longer names the key; update _KEY_DIGEST")

@@ -10,7 +10,7 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,8 @@ __all__ = [
     "new_owner_id",
     "owner_is_alive",
     "owner_is_dead",
+    "process_liveness",
+    "Liveness",
 ]
 
 
@@ -267,6 +269,24 @@ def owner_is_alive(owner: str) -> bool:
         return owner in _OPEN_OWNERS
     started = _started_at(token)
     return started is not None and _start_time(pid) == started
+
+
+#: What a store may know of an owner beyond its lease: ``True`` when it is known to be
+#: running (its claims are never stale, whatever the clocks say), ``False`` when it is
+#: known to be gone (its claims are stale before their leases end), ``None`` when nothing
+#: is known and the lease decides. Stores take one (``liveness=``); the store rules
+#: (:mod:`._rules`) ask only it, never the process table.
+Liveness = Callable[[str], bool | None]
+
+
+def process_liveness(owner: str) -> bool | None:
+    """The default :data:`Liveness`: what this host's process table and this process's
+    open runners say (:func:`owner_is_alive`, :func:`owner_is_dead`)."""
+    if owner_is_alive(owner):
+        return True
+    if owner_is_dead(owner):
+        return False
+    return None
 
 
 def owner_is_dead(owner: str) -> bool:

@@ -22,10 +22,9 @@ from ._records import (
     CallKey,
     CallRecord,
     CallState,
+    Liveness,
     cleared_to_rerun,
     idempotency_key_for,
-    owner_is_alive,
-    owner_is_dead,
 )
 
 __all__ = [
@@ -318,22 +317,31 @@ def started_record(
     )
 
 
-def is_stale(record: CallRecord, *, now: float) -> bool:
+def is_stale(record: CallRecord, *, now: float, liveness: Liveness) -> bool:
     """A started call without a result whose owner can no longer be trusted to finish it.
 
-    An owner known to be running (see :func:`owner_is_alive`) is trusted whatever its
-    lease says: a clock that steps forward, or a process paused for a while, makes a
-    lease look expired while its owner still runs the function.
+    An owner ``liveness`` knows to be running is trusted whatever its lease says: a
+    clock that steps forward, or a process paused for a while, makes a lease look
+    expired while its owner still runs the function. One it knows to be gone is not
+    trusted, however long its lease.
     """
     if record.state is not CallState.STARTED or record.has_result():
         return False
-    if record.lease_expires_at is None or record.lease_expires_at <= now:
-        return record.owner is None or not owner_is_alive(record.owner)
-    return record.owner is not None and owner_is_dead(record.owner)
+    expired = record.lease_expires_at is None or record.lease_expires_at <= now
+    if record.owner is None:
+        return expired
+    known = liveness(record.owner)
+    return known is not True if expired else known is False
 
 
 def take_over(
-    record: CallRecord, *, owner: str, lease_seconds: float, expected_attempts: int, now: float
+    record: CallRecord,
+    *,
+    owner: str,
+    lease_seconds: float,
+    expected_attempts: int,
+    now: float,
+    liveness: Liveness,
 ) -> CallRecord | None:
     """Re-claim a call nobody is running any more.
 
@@ -347,7 +355,9 @@ def take_over(
     if record.attempts != expected_attempts:
         return None
     takeable = (
-        record.state is CallState.IN_DOUBT or record.owner == owner or is_stale(record, now=now)
+        record.state is CallState.IN_DOUBT
+        or record.owner == owner
+        or is_stale(record, now=now, liveness=liveness)
     )
     if not takeable:
         return None
@@ -443,7 +453,7 @@ def mark(record: CallRecord, state: CallState, *, now: float) -> CallRecord | No
 
 
 def mark_in_doubt(
-    record: CallRecord, *, owner: str, expected_attempts: int, now: float
+    record: CallRecord, *, owner: str, expected_attempts: int, now: float, liveness: Liveness
 ) -> CallRecord | None:
     """Give up on a started call without a result, if it is still the attempt the caller
     saw (``expected_attempts``) and either ``owner`` holds it or it is stale at ``now``."""
@@ -451,7 +461,7 @@ def mark_in_doubt(
         return None
     if record.attempts != expected_attempts:
         return None
-    if record.owner != owner and not is_stale(record, now=now):
+    if record.owner != owner and not is_stale(record, now=now, liveness=liveness):
         return None
     return replace(
         record,
@@ -497,7 +507,12 @@ def keep_late_outcome(
 
 
 def settle_by_hand(
-    record: CallRecord, result: dict[str, Any] | None, *, settled_by: str, now: float
+    record: CallRecord,
+    result: dict[str, Any] | None,
+    *,
+    settled_by: str,
+    now: float,
+    liveness: Liveness,
 ) -> CallRecord | None:
     """A person settles a call in doubt (``openagentcore calls resolve``).
 
@@ -509,7 +524,7 @@ def settle_by_hand(
     """
     if record.has_result():
         return None
-    if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now):
+    if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now, liveness=liveness):
         return None
     history = _decided(record, settled_by, now)
     if result is None:

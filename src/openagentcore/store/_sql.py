@@ -14,7 +14,15 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from . import _rules
 from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
 from ._exceptions import StoreCorruptError, UnknownCallError
-from ._records import PRUNABLE_STATES, CallKey, CallRecord, CallState, Claim
+from ._records import (
+    PRUNABLE_STATES,
+    CallKey,
+    CallRecord,
+    CallState,
+    Claim,
+    Liveness,
+    process_liveness,
+)
 
 __all__ = ["MIGRATIONS", "Migration", "SQLResultStore", "Transaction"]
 
@@ -165,8 +173,15 @@ class SQLResultStore(StoreBase):
     #: Which of a migration's per-dialect statements apply.
     _dialect: ClassVar[str]
 
-    def __init__(self, *, table: str, clock: Clock = time.time, now_sql: str | None = None) -> None:
-        super().__init__(clock=clock)
+    def __init__(
+        self,
+        *,
+        table: str,
+        clock: Clock = time.time,
+        now_sql: str | None = None,
+        liveness: Liveness = process_liveness,
+    ) -> None:
+        super().__init__(clock=clock, liveness=liveness)
         self._table = table
         self._now_sql = now_sql
         # Where the time goes in a statement: the database's clock, or a parameter.
@@ -265,7 +280,8 @@ class SQLResultStore(StoreBase):
                 )
                 if existing:
                     found = _rules.record_from_row(existing[0])
-                    stale = _rules.is_stale(found, now=float(existing[0][-1]))
+                    now = float(existing[0][-1])
+                    stale = _rules.is_stale(found, now=now, liveness=self._liveness)
                     return Claim(won=False, record=found, stale=stale)
 
         return self._write(insert)

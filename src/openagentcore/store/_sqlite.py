@@ -21,6 +21,7 @@ from ._exceptions import (
     StoreSchemaError,
     StoreUnavailableError,
 )
+from ._records import Liveness, process_liveness
 from ._rules import DamagedRowError
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
 
@@ -88,8 +89,9 @@ class SQLiteResultStore(SQLResultStore):
         *,
         busy_timeout: float = 30.0,
         clock: Clock = time.time,
+        liveness: Liveness = process_liveness,
     ) -> None:
-        super().__init__(table=_TABLE, clock=clock)
+        super().__init__(table=_TABLE, clock=clock, liveness=liveness)
         self._path = os.fspath(path)
         self._lock = threading.RLock()
         self._pending: collections.deque[_PendingWrite[Any]] = collections.deque()
