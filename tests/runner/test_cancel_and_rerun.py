@@ -281,12 +281,6 @@ def test_run_turn_learns_its_turn_was_cancelled_from_reading_it(
     assert result.status == "cancelled"
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="runner defect (issue 23): once run_turn names its Turn, nothing reads it if "
-    "the stream dropped after the input was sent; the core's start_turn must ask for a read",
-)
 def test_run_turn_reads_its_turn_when_the_stream_dropped_before_its_input_was_answered(
     make_core: MakeCore,
     make_harness: MakeHarness,

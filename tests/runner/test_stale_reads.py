@@ -10,8 +10,6 @@ in exactly that order.
 
 from __future__ import annotations
 
-import pytest
-
 from openagentcore.runner._core import RunnerCore, Serve, content_key
 from openagentcore.runner._effects import ReadSession, SessionOutcome
 from openagentcore.runner._registry import FunctionRegistry
@@ -79,7 +77,7 @@ def test_run_turn_ends_when_a_stale_read_follows_its_turns_end() -> None:
     serve = core.attach(SESSION, "connected", 0.0)
     _read_in_flight(core, serve)
     core.on_session_read(SessionOutcome(SESSION, _session("idle")), 0.05)
-    core.start_turn(serve, TURN, "in_progress", reconnects=0)
+    core.start_turn(serve, TURN, "in_progress", reconnects=0, now=0.05)
     core.on_dropped(serve)  # the stream reconnects: the Turn is read with the Session
     read = _read_in_flight(core, serve)
     assert read.turn_id == TURN
@@ -124,12 +122,6 @@ def test_a_serve_ending_leaves_the_others_of_its_session_a_fresh_read() -> None:
     assert core.finished(serving, 0.13)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="runner defect (issue 23): start_turn does not ask for a read when the stream "
-    "dropped after run_turn's input was sent",
-)
 def test_run_turn_reads_the_turn_it_names_after_a_read_that_could_not_name_it() -> None:
     """``run_turn``'s input is sent; the stream drops and reconnects before the POST
     returns, so the read on reconnect cannot ask for the Turn, which has no name yet,
@@ -149,7 +141,7 @@ def test_run_turn_reads_the_turn_it_names_after_a_read_that_could_not_name_it() 
     assert before.turn_id is None  # nothing named the Turn yet
     core.on_session_read(SessionOutcome(SESSION, _session("requires_action")), 0.2)
 
-    core.start_turn(serve, TURN, "queued", reconnects=0)
+    core.start_turn(serve, TURN, "queued", reconnects=0, now=0.2)
 
     reads = [effect for effect in core.take_effects(0.3) if isinstance(effect, ReadSession)]
     assert [read.turn_id for read in reads] == [TURN]

@@ -218,7 +218,7 @@ def test_a_driver_that_skips_the_events_the_core_does_not_heed_ends_in_the_same_
         core = _core()
         serve = core.attach(session_id, "turn", 0.0)
         core.on_connected(serve, 0.0)
-        core.start_turn(serve, "turn_unknown_yet", "queued", reconnects=0)
+        core.start_turn(serve, "turn_unknown_yet", "queued", reconnects=0, now=0.0)
         seen: list[object] = []
         for event in events:
             if only_heeded and not heeds(event):

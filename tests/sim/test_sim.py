@@ -96,9 +96,11 @@ def _turn_ends_seen_early_are_forgotten(runner: SimRunner) -> None:
     core = runner._core
     start_turn = core.start_turn
 
-    def forgetful_start_turn(serve: Serve, turn_id: str, status: str, reconnects: int) -> None:
+    def forgetful_start_turn(
+        serve: Serve, turn_id: str, status: str, reconnects: int, now: float
+    ) -> None:
         serve.ends_by_turn.clear()
-        start_turn(serve, turn_id, status, reconnects)
+        start_turn(serve, turn_id, status, reconnects, now)
 
     core.start_turn = forgetful_start_turn  # type: ignore[method-assign]
 

@@ -159,7 +159,9 @@ class ServeTracker(Housekeeping, abc.ABC):
             serve.until = "created"
         return serve.until == "created"
 
-    def start_turn(self, serve: Serve, turn_id: str, status: str, reconnects: int) -> None:
+    def start_turn(
+        self, serve: Serve, turn_id: str, status: str, reconnects: int, now: float
+    ) -> None:
         """``run_turn`` learned the Turn its input started, and waits for its end. Its
         events may already have come through the stream (they were kept by Turn);
         ``reconnects`` is the count before the input was sent."""
@@ -167,6 +169,11 @@ class ServeTracker(Housekeeping, abc.ABC):
         serve.target_turn = turn_id
         serve.target_turn_status = serve.ends_by_turn.get(turn_id, status)
         serve.reconnects_at_turn_start = reconnects
+        if serve.report.reconnects != reconnects:
+            # The stream dropped after the input went out: the read on reconnect could
+            # not ask for this Turn, which had no name yet, and its end (a cancel) may
+            # have passed unseen. Only a read of the Turn tells.
+            self._want_read(self._view(serve.session_id), now)
 
     def finished(self, serve: Serve, now: float) -> bool:
         """Whether ``serve`` may return now. Raises the serve's fatal error, if any."""

@@ -105,7 +105,8 @@ class AsyncServing(RunnerBase, abc.ABC):
                         )
                     status = turn.status
                 self._change_serve(
-                    serve, lambda: self._core.start_turn(serve, turn_id, status, reconnects)
+                    serve,
+                    lambda: self._core.start_turn(serve, turn_id, status, reconnects, self._now()),
                 )
                 await self._wait(serve, deadline, interruptible=True)
         finally:
