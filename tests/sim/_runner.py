@@ -292,7 +292,7 @@ class SimRunner(Driver):
         self._rt = SimRuntime(worker, self)
         self._start_driver()
         #: The attempts whose function this worker started.
-        self._started: set[tuple[CallKey, int]] = set()
+        self.started: set[tuple[CallKey, int]] = set()
         #: For each call whose function the loop handed to a thread, the newest server
         #: state of its Session the pump had seen then.
         self.known_at_dispatch: dict[CallKey, float] = {}
@@ -305,8 +305,9 @@ class SimRunner(Driver):
         def effect(order: str) -> str:
             call = current_call()
             key = CallKey(call.session_id, call.turn_id, call.call_id)
-            self._started.add((key, call.attempt))
+            self.started.add((key, call.attempt))
             world.function_started(self, key, call.attempt)
+            world.check_context(self, call, name, order)
             world.runs[key] += 1
             return f"{name}d {order}"
 
@@ -339,7 +340,7 @@ class SimRunner(Driver):
         """The library's own, observed: the world reads every serve's report."""
         super()._detach(serve)
         if self.worker.alive:
-            self.world.reports.append(serve.report)
+            self.world.reports.append((self.worker.generation, serve.report))
 
     def seen(self, messages: list[Message]) -> None:
         """The pump drained ``messages``: what they show of the server is known now."""
@@ -372,7 +373,11 @@ class SimRunner(Driver):
         if world.chance(world.faults.store_down):
             world.store_trouble(self)
             return StoreAnswer(effect, error=StoreUnavailableError("simulated outage"))
-        answer = perform_store(effect, world.store)
+        world.store.caller = self
+        try:
+            answer = perform_store(effect, world.store)
+        finally:
+            world.store.caller = None
         if answer.error is None and world.chance(world.faults.commit_then_error):
             world.store_trouble(self)
             return StoreAnswer(effect, error=StoreUnavailableError("commit, then lost"))
@@ -386,7 +391,7 @@ class SimRunner(Driver):
             record is not None
             and record.state is CallState.STARTED
             and record.owner == self._core.owner
-            and (effect.key, record.attempts) not in self._started
+            and (effect.key, record.attempts) not in self.started
         ):
             raise Violation(
                 f"seed {self.world.seed}: {self._core.owner} marks its own claim of "
@@ -411,6 +416,7 @@ class SimRunner(Driver):
         def arrive() -> None:
             value: Any = None
             error: APIError | None = None
+            world.server.requester = self
             try:
                 world.server.requested(self)
                 if not write and world.chance(faults.read_error):
@@ -420,6 +426,8 @@ class SimRunner(Driver):
                     error = APIConnectionError(request=REQUEST)  # applied, answer lost
             except APIError as exc:
                 error = exc
+            finally:
+                world.server.requester = None
             world.at(
                 world.now + back,
                 lambda: answer.set_result(value) if error is None else answer.set_exception(error),

@@ -30,6 +30,7 @@ from typing import Any
 
 from openagentcore import APIError, resolve_call
 from openagentcore.runner import ServeReport, ServeTimeout
+from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase, RunnerError
 from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
 from openagentcore.store import (
@@ -37,10 +38,10 @@ from openagentcore.store import (
     CallRecord,
     CallState,
     InvalidTransitionError,
-    MemoryResultStore,
 )
 from openagentcore.store._records import MANUAL_RERUN
 
+from ._audit import AuditedStore, produced
 from ._runner import (
     CHECKED_BY_THE_APPLICATION,
     LEASE_SECONDS,
@@ -183,7 +184,12 @@ class World:
         self.now = 0.0
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
-        self.store = MemoryResultStore(clock=self.store_now)
+        self.store = AuditedStore(self)
+        #: The call each stored idempotency key was claimed for (no two calls share one).
+        self.idempotency_keys: dict[str, CallKey] = {}
+        #: The idempotency key functions were given for each call, and the reverse.
+        self.context_keys: dict[CallKey, str] = {}
+        self.context_key_owners: dict[str, CallKey] = {}
         self.mutate = mutate
         self.server = Server(self)
         #: Calls the store refuses to record (their ids cannot be stored).
@@ -192,7 +198,8 @@ class World:
         self.runs: Counter[CallKey] = Counter()
         #: Workers killed so far.
         self.crashes = 0
-        self.reports: list[ServeReport] = []
+        #: Every serve's report, with the generation of the worker it served on.
+        self.reports: list[tuple[int, ServeReport]] = []
         self.chaos = True
         self.generation = itertools.count(1)
         self.workers: list[SimWorker] = []
@@ -320,6 +327,15 @@ class World:
                     )
         self.at(self.now + LEASE_CHECK_EVERY, self._check_leases)
 
+    def started_attempts(self, key: CallKey) -> set[int]:
+        """The attempts of ``key`` whose function some worker started."""
+        return {
+            attempt
+            for worker in self.workers
+            for started, attempt in worker.runner.started
+            if started == key
+        }
+
     def function_started(self, runner: SimRunner, key: CallKey, attempt: int) -> None:
         """A function starts only under a claim the store holds for its worker, for that
         attempt, on a lease the store's clock has not seen lapse; and never for a Turn
@@ -355,6 +371,30 @@ class World:
                 f"seed {self.seed}: {owner} started {key.call_id} although the cancel of "
                 f"{turn.id} ({turn.cancelled_at:.3f}) had reached its loop ({known:.3f})"
             )
+
+    def check_context(self, runner: SimRunner, ctx: CallContext, name: str, order: str) -> None:
+        """A function runs as the call asked: its own function, with the call's
+        arguments, its identity in ``current_call()``, an idempotency key of its own (the
+        same on every attempt and worker) and a deadline of its timeout."""
+        key = CallKey(ctx.session_id, ctx.turn_id, ctx.call_id)
+        call = self.server.call(key)
+        assert call is not None
+        problems = []
+        if name != call.name or ctx.function_name != call.name:
+            problems.append(f"{name} ran as {ctx.function_name} for a call of {call.name}")
+        if f"{name}d {order}" != produced(call.name, call.arguments):
+            problems.append(f"ran with {order!r}, not the arguments {call.arguments}")
+        first = self.context_keys.setdefault(key, ctx.idempotency_key)
+        owner = self.context_key_owners.setdefault(ctx.idempotency_key, key)
+        if first != ctx.idempotency_key or owner != key or not 0 < len(first) <= 128:
+            problems.append(f"its idempotency key {ctx.idempotency_key!r} is not its own")
+        left = None if ctx.deadline is None else ctx.deadline - runner.worker.clock()
+        if (left is None) != (self.timeout is None) or (
+            left is not None and self.timeout is not None and not 0 < left <= self.timeout
+        ):
+            problems.append(f"its deadline is {left} s away with a timeout of {self.timeout}")
+        if problems and self.broken is None:
+            self.broken = Violation(f"seed {self.seed}: {key.call_id}: " + "; ".join(problems))
 
     def deadline_less_serve(self, worker: SimWorker, began: float) -> None:
         """A serve with no deadline began: against a server that fails every request,
@@ -446,7 +486,9 @@ class World:
                     f"{FAILING_SERVER_RATE})"
                 )
         reported: set[CallKey] = set()
-        for report in self.reports:
+        self._check_reports()
+        self._check_marks()
+        for _, report in self.reports:
             reported.update(report.rejected, report.conflicts, report.in_doubt, report.abandoned)
         for session in self.server.sessions.values():
             for call in session.announced:
@@ -493,6 +535,11 @@ class World:
                 if accepted["success"] and accepted.get("output", "").startswith(call.name):
                     if runs < 1:
                         raise Violation(f"seed {self.seed}: {call_id} succeeded without running")
+                    if accepted["output"] != produced(call.name, call.arguments):
+                        raise Violation(
+                            f"seed {self.seed}: {call_id} was answered {accepted['output']!r}, "
+                            "which its function did not return"
+                        )
                 elif (
                     not accepted["success"]
                     and accepted["error"] == IN_DOUBT_ERROR
@@ -503,6 +550,89 @@ class World:
                         f"seed {self.seed}: idempotent {call_id} failed in doubt after "
                         f"{record.attempts} attempts"
                     )
+
+    def _check_reports(self) -> None:
+        """What each ``ServeReport`` says happened, happened: a call is reported refused,
+        in conflict or abandoned only if the server said so (or its Turn was
+        cancelled), in doubt only if its record was; counts stay within what its worker
+        did; and the fault-free worker reports no fault."""
+        server, final = self.server, self.workers[-1].generation
+        for generation, report in self.reports:
+            where = f"seed {self.seed}: sim-{generation}'s report on {report.session_id}"
+            for key in report.rejected:
+                if "unknown" not in server.refused.get(key, ()):
+                    raise Violation(f"{where} lists {key.call_id} rejected; it was never refused")
+            for key in report.conflicts:
+                if not server.refused.get(key, set()) & {"different", "reused"}:
+                    raise Violation(
+                        f"{where} lists {key.call_id} in conflict; the server never held another"
+                    )
+            for key in report.abandoned:
+                turn = server.sessions[key.session_id].turn(key.turn_id)
+                assert turn is not None
+                if turn.status != "cancelled" and "cancelled" not in server.refused.get(key, ()):
+                    raise Violation(f"{where} lists {key.call_id} abandoned; its Turn takes it")
+            for key in report.in_doubt:
+                record = self.store.get(key)
+                if record is None or record.in_doubt_at is None:
+                    raise Violation(f"{where} lists {key.call_id} in doubt; its record never was")
+            if report.left_pending:
+                raise Violation(f"{where} left {report.left_pending} pending; it serves them all")
+            runs = sum(
+                1
+                for worker in self.workers
+                if worker.generation == generation
+                for key, _ in worker.runner.started
+                if key.session_id == report.session_id
+            )
+            submitted = server.accepted_from.get((generation, report.session_id), 0)
+            counts = (
+                report.calls_run,
+                report.function_errors,
+                report.results_submitted,
+                report.results_resubmitted,
+                report.duplicates_skipped,
+                report.reconnects,
+                report.store_errors,
+            )
+            if (
+                min(counts) < 0
+                or report.calls_run > runs
+                or report.function_errors > report.calls_run
+                or report.results_submitted > submitted
+            ):
+                raise Violation(
+                    f"{where} counts {counts}; its worker ran {runs} functions of that Session "
+                    f"and the server accepted {submitted} of its results"
+                )
+            if generation == final and (report.reconnects or report.store_errors):
+                raise Violation(f"{where} counts faults after every fault ended: {counts}")
+
+    def _check_marks(self) -> None:
+        """A record's state tells the truth: ``submitted`` and ``applied`` results are
+        the ones the server holds, ``rejected`` ones were refused, ``abandoned`` ones the
+        server does not hold; and the fault-free worker leaves every result it posted
+        marked (its serves return after writing their marks)."""
+        server, final = self.server, self.workers[-1].generation
+        for record in self.store.find():
+            key, state = record.key, record.state
+            held = server.sessions[key.session_id].results.get(key.call_id)
+            where = f"seed {self.seed}: {key.call_id} is {state.value}"
+            if state in (CallState.SUBMITTED, CallState.APPLIED) and held != record.result:
+                raise Violation(f"{where}, but the server holds {held}")
+            if state is CallState.REJECTED and "unknown" not in server.refused.get(key, ()):
+                raise Violation(f"{where}, but the server never refused its result")
+            if (
+                state is CallState.ABANDONED
+                and not (record.settled_by or "").startswith("manual:")
+                and held == record.result
+            ):
+                raise Violation(f"{where}, but the server took its result")
+            if key in server.accepted_keys.get(final, ()) and state not in (
+                CallState.SUBMITTED,
+                CallState.APPLIED,
+            ):
+                raise Violation(f"{where}, although the fault-free worker posted its result")
 
     def _check_decision(self, record: CallRecord, decision: Decision) -> None:
         """A person's decision stands: a result by hand is the saved one, and a rerun is
@@ -640,7 +770,9 @@ class SimWorker:
         if self.alive:
             self.alive = False
             self.world.crashes += 1
-            self.world.reports.extend(serve.report for serve in self.runner._core.serves.values())
+            self.world.reports.extend(
+                (self.generation, serve.report) for serve in self.runner._core.serves.values()
+            )
             for task in self.tasks:
                 task.end()
             for task in self.tasks:
