@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from openagentcore import APIConnectionError, APIError, APITimeoutError
 from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
+from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase, Serve
 from openagentcore.runner._driver import Driver
 from openagentcore.runner._effects import (
@@ -227,6 +228,8 @@ class SimRuntime:
         def finish() -> None:
             if not worker.alive:
                 return
+            if lane is Lane.FUNCTIONS:
+                self.runner.function_ends(work)
             self.lanes[lane].free += 1
             if error is None:
                 future.set_result(value)
@@ -293,6 +296,8 @@ class SimRunner(Driver):
         self._start_driver()
         #: The attempts whose function this worker started.
         self.started: set[tuple[CallKey, int]] = set()
+        #: The context each call's function was last started with.
+        self.contexts: dict[CallKey, CallContext] = {}
         #: For each call whose function the loop handed to a thread, the newest server
         #: state of its Session the pump had seen then.
         self.known_at_dispatch: dict[CallKey, float] = {}
@@ -306,6 +311,7 @@ class SimRunner(Driver):
             call = current_call()
             key = CallKey(call.session_id, call.turn_id, call.call_id)
             self.started.add((key, call.attempt))
+            self.contexts[key] = call
             world.function_started(self, key, call.attempt)
             world.check_context(self, call, name, order)
             world.runs[key] += 1
@@ -335,6 +341,23 @@ class SimRunner(Driver):
         assert isinstance(effect, RunFunction)
         server = self.world.server
         self.known_at_dispatch[effect.key] = server.knows_since(self, effect.key.session_id)
+
+    def function_ends(self, work: Callable[[], Any]) -> None:
+        """A function's thread is done with it. If its Turn's cancel reached the loop
+        while it ran, the function was told: ``ctx.cancelled`` is set."""
+        effect = work.args[0]  # type: ignore[attr-defined]
+        key, world = effect.key, self.world
+        ctx = self.contexts.get(key)
+        turn = world.server.sessions[key.session_id].turn(key.turn_id)
+        assert turn is not None
+        if ctx is None or ctx.attempt != effect.attempt or turn.cancelled_at is None:
+            return
+        known = world.server.knows_since(self, key.session_id)
+        if known >= turn.cancelled_at and not ctx.cancelled.is_set() and world.broken is None:
+            world.broken = Violation(
+                f"seed {world.seed}: {self._core.owner} knew {turn.id} cancelled while "
+                f"{key.call_id} ran, and its function was never told (ctx.cancelled)"
+            )
 
     def _detach(self, serve: Serve) -> None:
         """The library's own, observed: the world reads every serve's report."""

@@ -13,7 +13,7 @@ import pytest
 
 from openagentcore import APIConnectionError
 from openagentcore.runner._core import Call, Serve
-from openagentcore.runner._effects import AskInDoubt, RunFunction, SessionOutcome
+from openagentcore.runner._effects import AskInDoubt, CancelFunction, RunFunction, SessionOutcome
 from openagentcore.runner._pump import Reconnect, reconnectable
 from openagentcore.runner._pump import ask_in_doubt as ask_in_doubt_hook
 from openagentcore.runner._runtime import Lane
@@ -388,6 +388,18 @@ def _in_doubt_marks_forget_when(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_rules, "mark_in_doubt", restamping)
 
 
+def _functions_never_told_of_cancels(runner: SimRunner) -> None:
+    """A cancelled Turn's running functions are not asked to stop: ``ctx.cancelled``
+    stays unset, so a long function carries on with effects nobody waits for."""
+    core = runner._core
+    take_effects = core.take_effects
+
+    def without_cancels(now: float) -> list[Any]:
+        return [effect for effect in take_effects(now) if not isinstance(effect, CancelFunction)]
+
+    core.take_effects = without_cancels  # type: ignore[method-assign]
+
+
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
     for seed in seeds:
         broken = _violation(seed, mutate)
@@ -405,6 +417,7 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
         (_abandoned_marked_submitted, "is submitted, but the server holds"),
         (_progress_marks_dropped, "although the fault-free worker posted its result"),
         (_functions_run_without_their_deadline, "its deadline is None s away"),
+        (_functions_never_told_of_cancels, "its function was never told (ctx.cancelled)"),
     ],
 )
 def test_the_record_and_report_checks_find_a_runner_bug(
