@@ -612,7 +612,9 @@ class World:
         """A record's state tells the truth: ``submitted`` and ``applied`` results are
         the ones the server holds, ``rejected`` ones were refused, ``abandoned`` ones the
         server does not hold; and the fault-free worker leaves every result it posted
-        marked (its serves return after writing their marks)."""
+        marked ``applied`` (the Session is idle only once it applied them, their output
+        Items come before that on the stream, and serves return after writing their
+        marks)."""
         server, final = self.server, self.workers[-1].generation
         for record in self.store.find():
             key, state = record.key, record.state
@@ -628,10 +630,7 @@ class World:
                 and held == record.result
             ):
                 raise Violation(f"{where}, but the server took its result")
-            if key in server.accepted_keys.get(final, ()) and state not in (
-                CallState.SUBMITTED,
-                CallState.APPLIED,
-            ):
+            if key in server.accepted_keys.get(final, ()) and state is not CallState.APPLIED:
                 raise Violation(f"{where}, although the fault-free worker posted its result")
 
     def _check_decision(self, record: CallRecord, decision: Decision) -> None:
