@@ -16,10 +16,21 @@ EQUIVALENT = "equivalent"
 GAP = "gap"
 
 # What the simulator does not look at, named once and cited by the notes below.
-REPORT = "[report] no check compares a ServeReport's fields with what happened"
-MARKS = "[marks] no check reads progress marks (submitted/applied/rejected) in the store"
+REPORT = (
+    "[report] a ServeReport's lists are checked against the server and the store, its "
+    "counts only as bounds (at most what its worker ran or the server took; no fault "
+    "counted after the faults end): an exact count is not"
+)
+MARKS = (
+    "[marks] a false mark is caught, and a mark the fault-free worker leaves out; a chaos "
+    "worker may skip or lose marks (bookkeeping, docs/runner.md), so a mark written later "
+    "or not at all there passes"
+)
 TIMING = "[timing] no check counts requests or measures delays, beyond the failing-server rate"
-HOOK = "[hook] no check that a call in doubt got the decision of its worker's on_in_doubt hook"
+HOOK = (
+    "[hook] the in-doubt answer saved is checked against its runner's hook, but the "
+    "simulated hooks ignore what they are asked (name, arguments, attempt)"
+)
 UNKNOWN = "[unknown] every worker serves every function: no call of a function it lacks"
 TURN = (
     "[run_turn] what run_turn returns is checked (Turn, status, text), not how: it "
@@ -27,7 +38,7 @@ TURN = (
 )
 MEMORY = "[memory] no check that the core forgets what it no longer needs"
 STOP = "[stop] no worker calls stop() while serves or functions are still running"
-STAMPS = "[timestamps] no check reads a record's times (updated_at, in_doubt_at, late_at)"
+STAMPS = "[timestamps] a record's times are checked as each change lands (tests/sim/_audit.py)"
 SQL = (
     "[fields] the memory store keeps records as the SQL stores' rows: a field no check "
     "reads (times, settled_by, function name, idempotency key, late outcome) can be lost"
@@ -64,36 +75,73 @@ _RARE_BY_HAND = (
 )
 _PER_NAME = "no simulated function sets max_concurrency: per-function counts are never read"
 
-#: Per mutant (its name without the module), the class and the one-line reason.
-MUTANT_NOTES: dict[str, tuple[str, str]] = {
+#: Per mutant, the class and the one-line reason. A mutant is named by what it changes
+#: (its function, and the first line it changes before and after), not by its number:
+#: mutmut numbers a function's mutants afresh whenever the function changes, and a note
+#: on a number would silently move to another mutant.
+MUTANT_NOTES: dict[tuple[str, str, str], tuple[str, str]] = {
     # RunnerCore.__init__
-    "xǁRunnerCoreǁ__init____mutmut_5": (GAP, UNKNOWN),
-    "xǁRunnerCoreǁ__init____mutmut_7": (GAP, HOOK),
-    "xǁRunnerCoreǁ__init____mutmut_9": (
+    (
+        "xǁRunnerCoreǁ__init__",
+        "self.unknown_functions = unknown_functions",
+        "self.unknown_functions = None",
+    ): (GAP, UNKNOWN),
+    ("xǁRunnerCoreǁ__init__", "self.in_doubt_hook = in_doubt_hook", "self.in_doubt_hook = None"): (
+        GAP,
+        HOOK,
+    ),
+    (
+        "xǁRunnerCoreǁ__init__",
+        "self.unreachable_timeout = unreachable_timeout",
+        "self.unreachable_timeout = None",
+    ): (
         GAP,
         "no outage of refused connections (APIConnectionError) long enough for a serve "
         "with a deadline-less unreachable_timeout to give up",
     ),
-    "xǁRunnerCoreǁ__init____mutmut_15": (EQUIVALENT, "serve ids only need to be unique and rising"),
-    "xǁRunnerCoreǁ__init____mutmut_17": (GAP, NOTES_),
-    "xǁRunnerCoreǁ__init____mutmut_25": (
+    ("xǁRunnerCoreǁ__init__", "self._last_serve_id = 0", "self._last_serve_id = 1"): (
+        EQUIVALENT,
+        "serve ids only need to be unique and rising",
+    ),
+    ("xǁRunnerCoreǁ__init__", "self._notes: list[Note] = []", "self._notes: list[Note] = None"): (
+        GAP,
+        NOTES_,
+    ),
+    ("xǁRunnerCoreǁ__init__", "self._marks_due = 0.0", "self._marks_due = None"): (
         EQUIVALENT,
         "_marks_due is always set by the first queued mark before anything reads it",
     ),
-    "xǁRunnerCoreǁ__init____mutmut_27": (EQUIVALENT, "None is as false as False here"),
-    "xǁRunnerCoreǁ__init____mutmut_29": (EQUIVALENT, "None is as false as False here"),
-    "xǁRunnerCoreǁ__init____mutmut_33": (
+    ("xǁRunnerCoreǁ__init__", "self._marks_writing = False", "self._marks_writing = None"): (
+        EQUIVALENT,
+        "None is as false as False here",
+    ),
+    ("xǁRunnerCoreǁ__init__", "self._marks_failed = False", "self._marks_failed = None"): (
+        EQUIVALENT,
+        "None is as false as False here",
+    ),
+    ("xǁRunnerCoreǁ__init__", "self._renewing = False", "self._renewing = True"): (
         GAP,
         "leases never renewed: no seed runs a function longer than the lease with the "
         "store up (the lease invariant would then fire)",
     ),
-    "xǁRunnerCoreǁ__init____mutmut_35": (GAP, TIMING + " (first store retry 0.2 s, not 0.1 s)"),
-    "xǁRunnerCoreǁ__init____mutmut_39": (EQUIVALENT, 'float() reads "-INF" as "-inf"'),
-    "xǁRunnerCoreǁstop__mutmut_1": (
+    ("xǁRunnerCoreǁ__init__", "self._store_failures = 0", "self._store_failures = 1"): (
+        GAP,
+        TIMING + " (first store retry 0.2 s, not 0.1 s)",
+    ),
+    (
+        "xǁRunnerCoreǁ__init__",
+        'self._store_retry_at = float("-inf")  # monotonic clocks may start anywhere',
+        'self._store_retry_at = float("-INF")  # monotonic clocks may start anywhere',
+    ): (EQUIVALENT, 'float() reads "-INF" as "-inf"'),
+    (
+        "xǁRunnerCoreǁstop",
+        "def stop(self, last_serve: int, *, force: bool = False) -> None:",
+        "def stop(self, last_serve: int, *, force: bool = True) -> None:",
+    ): (
         EQUIVALENT,
         "the default is never used: the pump, stop()'s only caller, always passes force",
     ),
-    "xǁRunnerCoreǁattach__mutmut_2": (
+    ("xǁRunnerCoreǁattach", "self._last_serve_id += 1", "self._last_serve_id -= 1"): (
         GAP,
         STOP + " (falling serve ids would make stop() also stop serves attached after it)",
     ),
@@ -101,121 +149,349 @@ MUTANT_NOTES: dict[str, tuple[str, str]] = {
 
 MUTANT_NOTES.update(
     {
-        "xǁRunnerCoreǁon_event__mutmut_2": (
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._view(serve.session_id).snapshots_streamed += 1",
+            "self._view(serve.session_id).snapshots_streamed -= 1",
+        ): (
             EQUIVALENT,
             "snapshots_streamed is only compared for equality: any change per snapshot works",
         ),
-        "xǁRunnerCoreǁon_event__mutmut_4": (
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._view(serve.session_id).snapshots_streamed += 1",
+            "self._view(serve.session_id).snapshots_streamed += 2",
+        ): (
             EQUIVALENT,
             "snapshots_streamed is only compared for equality: any change per snapshot works",
         ),
-        "xǁRunnerCoreǁon_event__mutmut_12": (GAP, MARKS + ": the output Item only marks applied"),
-        "xǁRunnerCoreǁon_event__mutmut_16": (GAP, MARKS + ": the output Item only marks applied"),
-        "xǁRunnerCoreǁon_event__mutmut_18": (GAP, MARKS + ": the output Item only marks applied"),
-        "xǁRunnerCoreǁon_event__mutmut_84": (GAP, "the simulator's server runs no subagent Turns"),
-        "xǁRunnerCoreǁon_session_read__mutmut_3": (EQUIVALENT, "None is as false as False here"),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_20": (EQUIVALENT, _KEY_UNREAD),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_76": (EQUIVALENT, _KEY_UNREAD),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_42": (
-            EQUIVALENT,
-            "_decided reads attempts only for a rerun; this answer is fail",
-        ),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_50": (EQUIVALENT, _ANY_KIND_FAILS),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_54": (EQUIVALENT, _ANY_KIND_FAILS),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_80": (EQUIVALENT, _ANY_KIND_FAILS),
-        "xǁRunnerCoreǁ_in_doubt__mutmut_62": (GAP, HOOK + " (the hooks ignore the arguments)"),
-        "xǁRunnerCoreǁ_on_saved__mutmut_1": (EQUIVALENT, "None is as false as False here"),
-        "xǁRunnerCoreǁ_on_saved__mutmut_3": (
-            EQUIVALENT,
-            "Call.event is written but never read by anything once the save answered",
-        ),
-        "xǁRunnerCoreǁon_posted__mutmut_44": (EQUIVALENT, _OUTCOME_UNREAD),
-        "xǁRunnerCoreǁon_posted__mutmut_48": (EQUIVALENT, _OUTCOME_UNREAD),
-        "xǁRunnerCoreǁon_posted__mutmut_18": (GAP, NOTES_),
-        "xǁRunnerCoreǁon_posted__mutmut_20": (GAP, NOTES_),
-        "xǁRunnerCoreǁon_posted__mutmut_26": (GAP, NOTES_),
-        "xǁRunnerCoreǁon_posted__mutmut_50": (GAP, MARKS),
-        "xǁRunnerCoreǁon_posted__mutmut_96": (GAP, "the error is only logged, and logging is off"),
-        "xǁRunnerCoreǁ_on_refused__mutmut_3": (GAP, _ANY_REPORT),
-        "xǁRunnerCoreǁ_on_refused__mutmut_21": (GAP, _ANY_REPORT),
-        "xǁRunnerCoreǁ_on_refused__mutmut_59": (GAP, _ANY_REPORT),
-        "xǁRunnerCoreǁ_on_marks_written__mutmut_1": (
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._on_output(CallKey(serve.session_id, item.turn_id, item.call_id), now)",
+            "self._on_output(None, now)",
+        ): (GAP, MARKS + ": the output Item only marks applied"),
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._on_output(CallKey(serve.session_id, item.turn_id, item.call_id), now)",
+            "self._on_output(CallKey(None, item.turn_id, item.call_id), now)",
+        ): (GAP, MARKS + ": the output Item only marks applied"),
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._on_output(CallKey(serve.session_id, item.turn_id, item.call_id), now)",
+            "self._on_output(CallKey(serve.session_id, item.turn_id, None), now)",
+        ): (GAP, MARKS + ": the output Item only marks applied"),
+        (
+            "xǁRunnerCoreǁon_event",
+            "if event.turn is not None and event.turn.subagent_id is not None:",
+            "if event.turn is not None and event.turn.subagent_id is None:",
+        ): (GAP, "the simulator's server runs no subagent Turns"),
+        ("xǁRunnerCoreǁon_session_read", "view.reading = False", "view.reading = None"): (
             EQUIVALENT,
             "None is as false as False here",
         ),
-        "xǁRunnerCoreǁ_rejected__mutmut_20": (GAP, MARKS),
-        "xǁRunnerCoreǁ_rejected__mutmut_30": (GAP, NOTES_),
-        "xǁRunnerCoreǁ_on_session__mutmut_21": (
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)',
+            'self._decided(call, attempts, InDoubtAnswer(None, "rerun"), now)',
+        ): (EQUIVALENT, _KEY_UNREAD),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            'self._decided(call, attempts, InDoubtAnswer(None, "fail"), now)',
+        ): (EQUIVALENT, _KEY_UNREAD),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            'self._decided(call, None, InDoubtAnswer(call.key, "fail"), now)',
+        ): (
+            EQUIVALENT,
+            "_decided reads attempts only for a rerun; this answer is fail",
+        ),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            "self._decided(call, attempts, InDoubtAnswer(call.key, None), now)",
+        ): (EQUIVALENT, _ANY_KIND_FAILS),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "FAIL"), now)',
+        ): (EQUIVALENT, _ANY_KIND_FAILS),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "XXfailXX"), now)',
+        ): (EQUIVALENT, _ANY_KIND_FAILS),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            "self._effects.append(AskInDoubt(call.key, call.name, call.arguments, attempts))",
+            "self._effects.append(AskInDoubt(call.key, call.name, None, attempts))",
+        ): (GAP, HOOK + " (the hooks ignore the arguments)"),
+        ("xǁRunnerCoreǁ_on_saved", "call.lease_held = False", "call.lease_held = None"): (
+            EQUIVALENT,
+            "None is as false as False here",
+        ),
+        ("xǁRunnerCoreǁ_on_saved", "call.event = None", 'call.event = ""'): (
+            EQUIVALENT,
+            "Call.event is written but never read by anything once the save answered",
+        ),
+        ("xǁRunnerCoreǁon_posted", 'self._done(call, "applied")', "self._done(call, None)"): (
+            EQUIVALENT,
+            _OUTCOME_UNREAD,
+        ),
+        ("xǁRunnerCoreǁon_posted", 'self._done(call, "applied")', 'self._done(call, "APPLIED")'): (
+            EQUIVALENT,
+            _OUTCOME_UNREAD,
+        ),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'self._notes.append(CallSettled(call.key, call.name, "submitted"))',
+            "self._notes.append(None)",
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'self._notes.append(CallSettled(call.key, call.name, "submitted"))',
+            'self._notes.append(CallSettled(call.key, None, "submitted"))',
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'self._notes.append(CallSettled(call.key, call.name, "submitted"))',
+            'self._notes.append(CallSettled(call.key, call.name, "SUBMITTED"))',
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁon_posted",
+            "self._queue_mark(call.key, CallState.SUBMITTED, now)",
+            "self._queue_mark(call.key, None, now)",
+        ): (GAP, MARKS),
+        (
+            "xǁRunnerCoreǁon_posted",
+            "self._on_refused(call, kind, error, now)",
+            "self._on_refused(call, kind, None, now)",
+        ): (GAP, "the error is only logged, and logging is off"),
+        (
+            "xǁRunnerCoreǁ_on_refused",
+            'if kind == "retry_soon" and call.unknown_call_tries < UNKNOWN_CALL_RETRIES:',
+            'if kind == "XXretry_soonXX" and call.unknown_call_tries < UNKNOWN_CALL_RETRIES:',
+        ): (GAP, _ANY_REPORT),
+        (
+            "xǁRunnerCoreǁ_on_refused",
+            'if kind == "retry_later":',
+            'if kind == "XXretry_laterXX":',
+        ): (GAP, _ANY_REPORT),
+        ("xǁRunnerCoreǁ_on_refused", 'if kind == "conflict":', 'if kind == "XXconflictXX":'): (
+            GAP,
+            _ANY_REPORT,
+        ),
+        (
+            "xǁRunnerCoreǁ_on_marks_written",
+            "self._marks_writing = False",
+            "self._marks_writing = None",
+        ): (
+            EQUIVALENT,
+            "None is as false as False here",
+        ),
+        (
+            "xǁRunnerCoreǁ_rejected",
+            "self._queue_mark(call.key, CallState.REJECTED, now)",
+            "self._queue_mark(None, CallState.REJECTED, now)",
+        ): (GAP, MARKS),
+        (
+            "xǁRunnerCoreǁ_rejected",
+            'self._done(call, "rejected")',
+            'self._done(call, "XXrejectedXX")',
+        ): (GAP, NOTES_),
+        ("xǁRunnerCoreǁ_on_session", "view.snapshots += 1", "view.snapshots += 2"): (
             EQUIVALENT,
             "snapshots is only compared with earlier values of itself: any rising step works",
         ),
-        "xǁRunnerCoreǁ_hold__mutmut_33": (EQUIVALENT, "_enter reads now only for READY"),
-        "xǁRunnerCoreǁ_decide_existing__mutmut_20": (
+        (
+            "xǁRunnerCoreǁ_hold",
+            "self._enter(call, Phase.QUEUED, now)",
+            "self._enter(call, Phase.QUEUED, None)",
+        ): (EQUIVALENT, "_enter reads now only for READY"),
+        (
+            "xǁRunnerCoreǁ_decide_existing",
+            "self._rejected(call, record, now, newly=False)",
+            "self._rejected(call, None, now, newly=False)",
+        ): (
             EQUIVALENT,
             "_rejected never reads its record argument",
         ),
-        "xǁRunnerCoreǁ_decide_existing__mutmut_22": (EQUIVALENT, "None is as false as False"),
-        "xǁRunnerCoreǁ_decide_existing__mutmut_16": (GAP, NOTES_),
-        "xǁRunnerCoreǁ_consider__mutmut_20": (GAP, REPORT),
-        "xǁRunnerCoreǁ_consider__mutmut_70": (GAP, UNKNOWN),
-        "xǁRunnerCoreǁ_consider__mutmut_72": (GAP, UNKNOWN),
-        "xǁRunnerCoreǁon_store_answer__mutmut_3": (GAP, MARKS),
-        "xǁRunnerCoreǁon_store_answer__mutmut_77": (GAP, LIVENESS),
-        "xǁRunnerCoreǁon_store_answer__mutmut_79": (GAP, LIVENESS),
-        "xǁRunnerCoreǁon_store_answer__mutmut_81": (GAP, LIVENESS),
-        "xǁRunnerCoreǁon_posted__mutmut_14": (GAP, LIVENESS + " (a failed POST seen as sent)"),
-        "x__sendable__mutmut_3": (
+        (
+            "xǁRunnerCoreǁ_decide_existing",
+            "self._rejected(call, record, now, newly=False)",
+            "self._rejected(call, record, now, newly=None)",
+        ): (EQUIVALENT, "None is as false as False"),
+        (
+            "xǁRunnerCoreǁ_decide_existing",
+            'self._done(call, "duplicate")',
+            'self._done(call, "XXduplicateXX")',
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁ_consider",
+            'self._count(pending.key.session_id, "duplicates_skipped")',
+            'self._count(None, "duplicates_skipped")',
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁ_consider",
+            'if function is None and self.unknown_functions == "leave":',
+            'if function is None and self.unknown_functions != "leave":',
+        ): (GAP, UNKNOWN),
+        (
+            "xǁRunnerCoreǁ_consider",
+            'if function is None and self.unknown_functions == "leave":',
+            'if function is None and self.unknown_functions == "LEAVE":',
+        ): (GAP, UNKNOWN),
+        (
+            "xǁRunnerCoreǁon_store_answer",
+            "self._on_marks_written(effect, answer.error, now)",
+            "self._on_marks_written(effect, None, now)",
+        ): (GAP, MARKS),
+        (
+            "xǁRunnerCoreǁon_store_answer",
+            'self._done(call, "released")',
+            "self._done(call, None)",
+        ): (GAP, LIVENESS),
+        ("xǁRunnerCoreǁon_store_answer", 'self._done(call, "released")', "self._done(call, )"): (
+            GAP,
+            LIVENESS,
+        ),
+        (
+            "xǁRunnerCoreǁon_store_answer",
+            'self._done(call, "released")',
+            'self._done(call, "RELEASED")',
+        ): (GAP, LIVENESS),
+        ("xǁRunnerCoreǁon_posted", "error = outcome.error", "error = None"): (
+            GAP,
+            LIVENESS + " (a failed POST seen as sent)",
+        ),
+        (
+            "x__sendable",
+            '"".join((key.session_id, key.turn_id, key.call_id)).encode("utf-8")',
+            '"XXXX".join((key.session_id, key.turn_id, key.call_id)).encode("utf-8")',
+        ): (
             EQUIVALENT,
             "an ASCII separator changes nothing: encoding fails iff an id has a lone surrogate",
         ),
-        "x__sendable__mutmut_5": (EQUIVALENT, "codec names are case-insensitive"),
-        "x_release__mutmut_6": (
+        (
+            "x__sendable",
+            '"".join((key.session_id, key.turn_id, key.call_id)).encode("utf-8")',
+            '"".join((key.session_id, key.turn_id, key.call_id)).encode("UTF-8")',
+        ): (EQUIVALENT, "codec names are case-insensitive"),
+        ("x_release", "if record.attempts == 1:", "if record.attempts == 2:"): (
             GAP,
             "a released first claim is kept in doubt instead of deleted, and the call is "
             "failed in doubt although no function started: no check that a call failed "
             "in doubt was ever started",
         ),
-        "x_take_over__mutmut_9": (GAP, DEFENSE + " (here: taking over a live claim)"),
-        "x_take_over__mutmut_43": (
+        (
+            "x_take_over",
+            "record.state is CallState.IN_DOUBT or record.owner == owner or is_stale(record, now=now)",  # noqa: E501
+            "record.state is CallState.IN_DOUBT or record.owner != owner or is_stale(record, now=now)",  # noqa: E501
+        ): (GAP, DEFENSE + " (here: taking over a live claim)"),
+        ("x_take_over", "attempts=record.attempts + 1,", "attempts=record.attempts + 2,"): (
             GAP,
             "attempts are checked against themselves (max_attempts), not against the runs "
             "a call in doubt got",
         ),
-        "x_renew_lease__mutmut_4": (
+        (
+            "x_renew_lease",
+            "if record.owner != owner or record.state is not CallState.STARTED or record.has_result():",  # noqa: E501
+            "if record.owner == owner or record.state is not CallState.STARTED or record.has_result():",  # noqa: E501
+        ): (
             GAP,
             "own leases are never renewed: no function outlives its lease in these seeds",
         ),
-        "x_renew_lease__mutmut_10": (
+        (
+            "x_renew_lease",
+            "return replace(record, lease_expires_at=now + lease_seconds, updated_at=now)",
+            "return replace(record, updated_at=now)",
+        ): (
             GAP,
             "leases are never extended: no function outlives its lease in these seeds",
         ),
-        "x_renew_lease__mutmut_6": (
+        (
+            "x_renew_lease",
+            "return replace(record, lease_expires_at=now + lease_seconds, updated_at=now)",
+            "return replace(None, lease_expires_at=now + lease_seconds, updated_at=now)",
+        ): (
             GAP,
             "renewals fail (logged): no function outlives its lease in these seeds",
         ),
-        "x_settle_by_hand__mutmut_27": (GAP, _RARE_BY_HAND),
-        "x_settle_by_hand__mutmut_33": (GAP, _RARE_BY_HAND),
-        "x_settle_by_hand__mutmut_3": (
+        ("x_settle_by_hand", "result=result,", "result=None,"): (GAP, _RARE_BY_HAND),
+        ("x_settle_by_hand", "result=result,", ""): (GAP, _RARE_BY_HAND),
+        (
+            "x_settle_by_hand",
+            "if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now):",
+            "if record.state is not CallState.IN_DOUBT and is_stale(record, now=now):",
+        ): (
             GAP,
             "the simulated person settles only calls in doubt: a live claim settled by "
             "hand is never asked for, so the refusal is not tested",
         ),
-        "x_settle_by_hand__mutmut_1": (
+        (
+            "x_settle_by_hand",
+            "if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now):",
+            "if record.state is not CallState.IN_DOUBT or not is_stale(record, now=now):",
+        ): (
             GAP,
             "a person's command refused is taken by the simulator for a race it lost",
         ),
-        "xǁRunnerCoreǁ_start_queued__mutmut_39": (GAP, NOTES_),
-        "xǁRunnerCoreǁ_start_queued__mutmut_41": (GAP, NOTES_),
-        "xǁRunnerCoreǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
-        "xǁRunnerCoreǁon_function_done__mutmut_53": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_71": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_77": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_79": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_81": (GAP, REPORT),
-        "xǁRunnerCoreǁon_function_done__mutmut_19": (GAP, _LATE),
-        "xǁRunnerCoreǁon_function_done__mutmut_21": (GAP, _LATE),
-        "xǁRunnerCoreǁon_function_done__mutmut_39": (GAP, _LATE),
-        "xǁRunnerCoreǁon_session_read__mutmut_35": (
+        (
+            "xǁRunnerCoreǁ_start_queued",
+            "self._notes.append(CallStarted(call.key, call.name, call.attempts))",
+            "self._notes.append(None)",
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁ_start_queued",
+            "self._notes.append(CallStarted(call.key, call.name, call.attempts))",
+            "self._notes.append(CallStarted(call.key, None, call.attempts))",
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁ_time_out",
+            "if call.phase is not Phase.RUNNING or call.deadline is None or call.deadline > now:",
+            "if call.phase is not Phase.RUNNING or call.deadline is None or call.deadline >= now:",
+        ): (GAP, TIMING + " (at the deadline's exact instant)"),
+        ("xǁRunnerCoreǁon_function_done", "session = call.key.session_id", "session = None"): (
+            GAP,
+            REPORT,
+        ),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            'self._count(session, "calls_run")',
+            'self._count(None, "calls_run")',
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            'if outcome.event.get("success") is False:',
+            "if outcome.event.get(None) is False:",
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            'if outcome.event.get("success") is False:',
+            'if outcome.event.get("SUCCESS") is False:',
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            'if outcome.event.get("success") is False:',
+            'if outcome.event.get("success") is True:',
+        ): (GAP, REPORT),
+        ("xǁRunnerCoreǁon_function_done", "late = outcome.event", "late = None"): (GAP, _LATE),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            "late = failure_event(outcome.key, ENDED_WITHOUT_RESULT)",
+            "late = None",
+        ): (GAP, _LATE),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            "self._effects.append(KeepLateOutcome(outcome.key, late))",
+            "self._effects.append(KeepLateOutcome(outcome.key, None))",
+        ): (GAP, _LATE),
+        (
+            "xǁRunnerCoreǁon_session_read",
+            "serve.target_turn_status = answer.turn.status",
+            "serve.target_turn_status = None",
+        ): (
             GAP,
             TURN + ": a Turn whose end only a read shows (its end event lost)",
         ),
@@ -523,8 +799,8 @@ def classify(
     """(class, reason) of one surviving mutant."""
     short = name.rsplit(".", 1)[-1]
     function = short.partition("__mutmut_")[0]
-    if short in MUTANT_NOTES:
-        return MUTANT_NOTES[short]
+    if (function, before, after) in MUTANT_NOTES:
+        return MUTANT_NOTES[function, before, after]
     if line in _log_call_lines(file):
         return GAP, "inside a log call: the simulator turns logging off (a log-reading test's job)"
     if _only_text_changed(before, after):

@@ -28,6 +28,7 @@ from openagentcore.runner._effects import (
     ClaimCall,
     Lookup,
     MarkInDoubt,
+    Note,
     RunFunction,
     StoreAnswer,
     StoreEffect,
@@ -294,6 +295,14 @@ class SimRunner(Driver):
         self.client = SimClient(self)  # type: ignore[assignment]
         self._rt = SimRuntime(worker, self)
         self._start_driver()
+        take_notes = self._core.take_notes
+
+        def noted() -> list[Note]:
+            notes = take_notes()
+            world.check_notes(self, notes)
+            return notes
+
+        self._core.take_notes = noted  # type: ignore[method-assign]
         #: The attempts whose function this worker started.
         self.started: set[tuple[CallKey, int]] = set()
         #: The context each call's function was last started with.

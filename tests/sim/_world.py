@@ -32,6 +32,7 @@ from openagentcore import APIError, resolve_call
 from openagentcore.runner import ServeReport, ServeTimeout
 from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase, RunnerError
+from openagentcore.runner._effects import CallSettled, CallStarted, Note
 from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
 from openagentcore.store import (
     CallKey,
@@ -74,6 +75,23 @@ LEASE_CHECK_EVERY = 0.05
 #: What the operator's results say: no function produces them.
 BY_HAND_OUTPUT = "settled by hand"
 BY_HAND_ERROR = "refused by hand"
+#: Every outcome a ``CallSettled`` note may name.
+_OUTCOMES = frozenset(
+    {
+        "submitted",
+        "applied",
+        "duplicate",
+        "rejected",
+        "conflict",
+        "abandoned",
+        "in_doubt",
+        "left_pending",
+        "in_doubt_elsewhere",
+        "released",
+        "session_gone",
+        "abandoned_by_serve",
+    }
+)
 #: What the operator passes to ``resolve_call`` for each kind of decision.
 _BY_HAND: dict[str, dict[str, Any]] = {
     "output": {"output": BY_HAND_OUTPUT},
@@ -396,6 +414,51 @@ class World:
         if problems and self.broken is None:
             self.broken = Violation(f"seed {self.seed}: {key.call_id}: " + "; ".join(problems))
 
+    def check_notes(self, runner: SimRunner, notes: list[Note]) -> None:
+        """The notes a round leaves for logs, traces and metrics say what happened: a
+        call started under this worker's claim of that attempt; a call settled as
+        submitted or applied has its saved result on the server; one settled as
+        rejected, in conflict or abandoned was refused so (or its Turn cancelled)."""
+        owner, server = runner._core.owner, self.server
+        for note in notes:
+            key = note.key
+            call = server.call(key)
+            record = self.store.get(key)
+            refused = server.refused.get(key, set())
+            held = server.sessions[key.session_id].results.get(key.call_id)
+            turn = server.sessions[key.session_id].turn(key.turn_id)
+            # A call whose ids the store cannot hold has its failure posted unsaved.
+            unsaved = _Unsaved(held if key in self.unstorable else None)
+            wrong = call is None or note.function_name != call.name
+            if isinstance(note, CallStarted):
+                wrong = wrong or (
+                    record is None
+                    or (record.state, record.owner, record.attempts)
+                    != (CallState.STARTED, owner, note.attempt)
+                )
+            elif isinstance(note, CallSettled):
+                outcome = note.outcome
+                wrong = (
+                    wrong
+                    or outcome not in _OUTCOMES
+                    or (
+                        outcome in ("submitted", "applied")
+                        and (held is None or held != (record or unsaved).result)
+                    )
+                    or (outcome == "rejected" and "unknown" not in refused)
+                    or (outcome == "conflict" and not refused & {"different", "reused"})
+                    or (
+                        outcome == "abandoned"
+                        and "cancelled" not in refused
+                        and (turn is None or turn.status != "cancelled")
+                    )
+                )
+            if wrong and self.broken is None:
+                self.broken = Violation(
+                    f"seed {self.seed}: {owner} noted {note}, but the store holds {record} and "
+                    f"the server {'holds' if held else 'has no'} result ({sorted(refused)})"
+                )
+
     def deadline_less_serve(self, worker: SimWorker, began: float) -> None:
         """A serve with no deadline began: against a server that fails every request,
         it must end by ``unreachable_timeout`` (plus a reconnect delay and a request)."""
@@ -612,9 +675,8 @@ class World:
         """A record's state tells the truth: ``submitted`` and ``applied`` results are
         the ones the server holds, ``rejected`` ones were refused, ``abandoned`` ones the
         server does not hold; and the fault-free worker leaves every result it posted
-        marked ``applied`` (the Session is idle only once it applied them, their output
-        Items come before that on the stream, and serves return after writing their
-        marks)."""
+        marked (its serves return after writing their marks; ``applied`` only if it saw
+        the output Item before its serve ended)."""
         server, final = self.server, self.workers[-1].generation
         for record in self.store.find():
             key, state = record.key, record.state
@@ -630,7 +692,10 @@ class World:
                 and held == record.result
             ):
                 raise Violation(f"{where}, but the server took its result")
-            if key in server.accepted_keys.get(final, ()) and state is not CallState.APPLIED:
+            if key in server.accepted_keys.get(final, ()) and state not in (
+                CallState.SUBMITTED,
+                CallState.APPLIED,
+            ):
                 raise Violation(f"{where}, although the fault-free worker posted its result")
 
     def _check_decision(self, record: CallRecord, decision: Decision) -> None:
@@ -681,6 +746,11 @@ class World:
                 f"seed {self.seed}: {call.key.call_id} (timeout {self.timeout}, {runs} runs) "
                 f"kept a late outcome its function did not produce: {late}"
             )
+
+
+@dataclass(frozen=True)
+class _Unsaved:
+    result: dict[str, Any] | None
 
 
 class _OperatorClient:
