@@ -400,6 +400,18 @@ def _functions_never_told_of_cancels(runner: SimRunner) -> None:
     core.take_effects = without_cancels  # type: ignore[method-assign]
 
 
+def _abandoned_noted_applied(runner: SimRunner) -> None:
+    """A call whose Turn took no result is noted ``applied``: logs, traces and metrics
+    count a result the model never got."""
+    core = runner._core
+    done = core._done
+
+    def mislabelled(call: Call, outcome: str) -> None:
+        done(call, "applied" if outcome == "abandoned" else outcome)
+
+    core._done = mislabelled  # type: ignore[method-assign]
+
+
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
     for seed in seeds:
         broken = _violation(seed, mutate)
@@ -418,6 +430,7 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
         (_progress_marks_dropped, "although the fault-free worker posted its result"),
         (_functions_run_without_their_deadline, "its deadline is None s away"),
         (_functions_never_told_of_cancels, "its function was never told (ctx.cancelled)"),
+        (_abandoned_noted_applied, "outcome='applied'), but the store holds"),
     ],
 )
 def test_the_record_and_report_checks_find_a_runner_bug(
