@@ -28,7 +28,13 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from openagentcore import APIError, resolve_call
+from openagentcore import (
+    APIConnectionError,
+    APIError,
+    APIResponseValidationError,
+    InternalServerError,
+    resolve_call,
+)
 from openagentcore.runner import ServeReport, ServeTimeout
 from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase, RunnerError
@@ -877,13 +883,32 @@ class SimWorker:
                     await runner.serve(session_id, until="forever")
                 else:
                     await runner.serve(session_id, until="idle", timeout=timeout)
-            except (RunnerError, ServeTimeout, APIError):
+            except (RunnerError, APIError) as error:
+                self._gave_up_in_time(began, error)
+            except ServeTimeout:
                 pass
             finally:
                 self.deadline_less.discard(began)
             if timeout is not None:
                 self._returned_in_time(began, timeout, f"serving {session_id}")
             await self.sleep(0.05, 0.5)
+
+    def _gave_up_in_time(self, began: float, error: Exception) -> None:
+        """A serve gives up on a server that fails every request only once it failed
+        for ``unreachable_timeout`` (docs/operations.md), never sooner."""
+        cause = error.__cause__ if isinstance(error, RunnerError) else error
+        failing = (InternalServerError, APIResponseValidationError, APIConnectionError)
+        if not isinstance(cause, failing):
+            return  # a redirect ends a serve at once, as it should
+        world = self.world
+        # The runner counts from the first failure it saw, on this serve or before it.
+        since = began if world.outage is None else min(began, world.outage[0])
+        served = (world.now - since) * self.rate
+        if served < UNREACHABLE_TIMEOUT:
+            raise Violation(
+                f"seed {world.seed}: a serve gave up on the server after {served:.2f} s "
+                f"(unreachable_timeout {UNREACHABLE_TIMEOUT:g} s): {error!r}"
+            )
 
     def _stop_serving(self) -> None:
         if self.alive:
@@ -922,12 +947,29 @@ class SimWorker:
 
     async def _settle(self, session_id: str) -> None:
         try:
-            await self.runner.serve(session_id, until="idle", timeout=FINAL_TIMEOUT)
+            report = await self.runner.serve(session_id, until="idle", timeout=FINAL_TIMEOUT)
         except ServeTimeout:
             raise Violation(
                 f"seed {self.world.seed}: the final serve of {session_id} did not settle "
                 f"within {FINAL_TIMEOUT:g} s"
             ) from None
+        if session_id in self.world.served:
+            self._settled_when_idle(session_id, report)
+
+    def _settled_when_idle(self, session_id: str, report: ServeReport) -> None:
+        """``serve(until="idle")`` returns once the Session is idle, or waits only on
+        results the server refused (a person must answer them), and its report says
+        the status it returned on. (A served Session takes no new input, so nothing
+        changes it after its serve returns.)"""
+        session = self.world.server.sessions[session_id]
+        turn = session.active
+        waiting = set() if turn is None else {call.key for call in turn.pending.values()}
+        if waiting - set(report.rejected) or report.final_status != session.status:
+            raise Violation(
+                f"seed {self.world.seed}: the final serve of {session_id} returned "
+                f"{report.final_status!r} while the Session is {session.status} and waits "
+                f"on {sorted(key.call_id for key in waiting)}"
+            )
 
     async def _final_turns(self, session_id: str) -> None:
         server = self.world.server

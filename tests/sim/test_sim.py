@@ -412,6 +412,22 @@ def _abandoned_noted_applied(runner: SimRunner) -> None:
     core._done = mislabelled  # type: ignore[method-assign]
 
 
+def _gives_up_at_the_first_failure(runner: SimRunner) -> None:
+    """A serve gives up on a failing server at once, not after ``unreachable_timeout``."""
+    runner._core.unreachable_timeout = 0.01
+
+
+def _idle_serves_return_after_one_read(runner: SimRunner) -> None:
+    """``serve(until="idle")`` returns after its first read, whatever the Session waits on."""
+    core = runner._core
+    settled = core._settled
+
+    def hasty(serve: Serve) -> bool:
+        return serve.read_once if serve.until == "idle" else settled(serve)
+
+    core._settled = hasty  # type: ignore[method-assign]
+
+
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
     for seed in seeds:
         broken = _violation(seed, mutate)
@@ -431,6 +447,8 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
         (_functions_run_without_their_deadline, "its deadline is None s away"),
         (_functions_never_told_of_cancels, "its function was never told (ctx.cancelled)"),
         (_abandoned_noted_applied, "outcome='applied'), but the store holds"),
+        (_gives_up_at_the_first_failure, "a serve gave up on the server after"),
+        (_idle_serves_return_after_one_read, "while the Session is"),
     ],
 )
 def test_the_record_and_report_checks_find_a_runner_bug(
