@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from openagentcore.runner._results import IN_DOUBT_ERROR
 from openagentcore.store import CallKey, CallRecord, CallState, Claim, MemoryResultStore, _rules
-from openagentcore.store._records import MANUAL_RERUN
+from openagentcore.store._records import MANUAL_RERUN, arguments_hash
 
 from ._tasks import Violation
 
@@ -120,6 +120,7 @@ class AuditedStore(MemoryResultStore):
             now,
             now,
             call.name,
+            arguments_hash(call.arguments),
         )
         actual = (
             record.state,
@@ -129,6 +130,7 @@ class AuditedStore(MemoryResultStore):
             record.created_at,
             record.updated_at,
             record.function_name,
+            record.arguments_hash,
         )
         if actual != expected:
             self._fail(record, f"claimed as {actual}, not {expected}")
