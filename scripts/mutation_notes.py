@@ -6,6 +6,8 @@ classes); rules that hold for whole kinds of mutant come first, then notes per f
 then notes per mutant, which win over both.
 """
 
+# ruff: noqa: E501 (notes name mutants by the source lines they change, quoted verbatim)
+
 from __future__ import annotations
 
 import ast
@@ -386,8 +388,8 @@ MUTANT_NOTES.update(
         ),
         (
             "x_take_over",
-            "record.state is CallState.IN_DOUBT or record.owner == owner or is_stale(record, now=now)",  # noqa: E501
-            "record.state is CallState.IN_DOUBT or record.owner != owner or is_stale(record, now=now)",  # noqa: E501
+            "record.state is CallState.IN_DOUBT or record.owner == owner or is_stale(record, now=now)",
+            "record.state is CallState.IN_DOUBT or record.owner != owner or is_stale(record, now=now)",
         ): (GAP, DEFENSE + " (here: taking over a live claim)"),
         ("x_take_over", "attempts=record.attempts + 1,", "attempts=record.attempts + 2,"): (
             GAP,
@@ -396,8 +398,8 @@ MUTANT_NOTES.update(
         ),
         (
             "x_renew_lease",
-            "if record.owner != owner or record.state is not CallState.STARTED or record.has_result():",  # noqa: E501
-            "if record.owner == owner or record.state is not CallState.STARTED or record.has_result():",  # noqa: E501
+            "if record.owner != owner or record.state is not CallState.STARTED or record.has_result():",
+            "if record.owner == owner or record.state is not CallState.STARTED or record.has_result():",
         ): (
             GAP,
             "own leases are never renewed: no function outlives its lease in these seeds",
@@ -494,6 +496,265 @@ MUTANT_NOTES.update(
         ): (
             GAP,
             TURN + ": a Turn whose end only a read shows (its end event lost)",
+        ),
+    }
+)
+
+
+#: Notes on the survivors of the every-16th sample of 2026-12-05 (see docs/mutation.md).
+MUTANT_NOTES.update(
+    {
+        (
+            "xǁRunnerCoreǁ__init__",
+            'self._renew_sent_at = float("-inf")',
+            "self._renew_sent_at = None",
+        ): (
+            EQUIVALENT,
+            "_renew_sent_at is set whenever a renewal is sent, before any answer reads it",
+        ),
+        (
+            "xǁRunnerCoreǁfinished",
+            'if serve.until == "created":',
+            'if serve.until == "XXcreatedXX":',
+        ): (
+            GAP,
+            TURN
+            + ": run_turn's wait for its Turn's creation falls through to the settled path, which returns the same Turn later",
+        ),
+        (
+            "xǁRunnerCoreǁ_refused_in_turn",
+            "view = self._view(serve.session_id)",
+            "view = self._view(None)",
+        ): (
+            GAP,
+            "no run_turn here waits on a Turn whose result the server refused: since redirects are raised as the client raises them, only repeated 400s refuse a result, and none of these seeds has them while a run_turn waits",
+        ),
+        (
+            "xǁRunnerCoreǁ_settled",
+            "and not (call.phase in _NOT_STARTED and call.retry is not None)",
+            "and not (call.phase in _NOT_STARTED and call.retry is None)",
+        ): (
+            GAP,
+            TIMING
+            + ": a serve returns a round sooner or later while a claim waits to be retried; the fault-free worker's idle serves are checked only when they return",
+        ),
+        (
+            "xǁRunnerCoreǁon_event",
+            "and isinstance(event, ItemDoneEvent)\nand item.turn_id is not None",
+            "and isinstance(event, ItemDoneEvent) or item.turn_id is not None",
+        ): (GAP, TIMING + ": a stream Item heeded or not is made up for by the next read"),
+        (
+            "xǁRunnerCoreǁon_event",
+            'turn = getattr(event, "turn", None)',
+            'turn = getattr(event, "XXturnXX", None)',
+        ): (
+            GAP,
+            "the simulated terminal events carry no Turn object, so reading it or not is the same here: a server that sends the Turn with its end event would kill it",
+        ),
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._cancel_turn(serve.session_id, event.turn_id, now)",
+            "self._cancel_turn(serve.session_id, None, now)",
+        ): (
+            GAP,
+            "a cancel event not applied: the Session snapshot published with the same change cancels the Turn's calls in the same round (a stream that carries only the end event would kill it)",
+        ),
+        (
+            "xǁRunnerCoreǁ_stop_turn",
+            "elif call.phase is Phase.WAITING:",
+            "elif call.phase is not Phase.WAITING:",
+        ): (
+            GAP,
+            LIVENESS
+            + ": a cancelled Turn's saved results are dropped instead of marked abandoned, and the record stays completed (allowed: a mark is bookkeeping)",
+        ),
+        (
+            "xǁRunnerCoreǁon_session_read",
+            "if now - view.read_warned_at >= READ_WARN_EVERY:",
+            "if now + view.read_warned_at >= READ_WARN_EVERY:",
+        ): (
+            GAP,
+            "[logs] how often a failed read is logged (at most every READ_WARN_EVERY s): logging is off in the simulator",
+        ),
+        (
+            "xǁRunnerCoreǁ_unreachable",
+            "if self.unreachable_timeout is None or down < self.unreachable_timeout:",
+            "if self.unreachable_timeout is None or down <= self.unreachable_timeout:",
+        ): (
+            GAP,
+            TIMING
+            + ": the boundary instant; down equals unreachable_timeout exactly only by chance on these float clocks",
+        ),
+        ("xǁRunnerCoreǁ_on_output", "call = self.calls.get(key)", "call = None"): (GAP, MARKS),
+        (
+            "xǁRunnerCoreǁ_on_output",
+            "elif call.phase is Phase.POSTING:",
+            "elif call.phase is not Phase.POSTING:",
+        ): (GAP, MARKS),
+        ("xǁRunnerCoreǁ_hold", "call.lease_held = True", "call.lease_held = None"): (
+            GAP,
+            "[lease] the lease check (World._check_leases) reads the core's own lease_held flag, so a core that forgets it holds a lease skips both the renewal and the check: a check from the store's side alone would kill it",
+        ),
+        (
+            "xǁRunnerCoreǁ_decide_existing",
+            "self._unconfirmed.pop(call.key, None)",
+            "self._unconfirmed.pop(None, None)",
+        ): (
+            GAP,
+            TIMING
+            + ": a claim of ours found committed is taken for another's, and decided again by a later read",
+        ),
+        (
+            "xǁRunnerCoreǁ_start_queued",
+            "if self._renew_at is None or self._renew_at > due:",
+            "if self._renew_at is None and self._renew_at > due:",
+        ): (
+            GAP,
+            TIMING
+            + ": the renewal that confirms a queued call's lease is scheduled later, so the call starts later",
+        ),
+        ("xǁRunnerCoreǁon_function_done", "session = call.key.session_id", "session = None"): (
+            GAP,
+            REPORT + " (here calls_run and function_errors counted for no serve)",
+        ),
+        (
+            "xǁRunnerCoreǁ_take_batches",
+            "if self._view(session_id).posting or self._lingering(session_id, calls, now):",
+            "if self._view(session_id).posting or self._lingering(None, calls, now):",
+        ): (
+            GAP,
+            TIMING + ": results are posted at once instead of lingering for the rest of the batch",
+        ),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'if kind in ("retry_later", "no_access") and view is not None:',
+            'if kind in ("retry_later", "XXno_accessXX") and view is not None:',
+        ): (
+            GAP,
+            "no check that a redirect ends its serves at once (docs/operations.md): the serve retries the POST later, and it succeeds",
+        ),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'if len(mine) > 1 and kind != "retry_later":',
+            'if len(mine) >= 1 and kind != "retry_later":',
+        ): (
+            GAP,
+            TIMING
+            + ": a refused batch of one is sent again alone before it is judged: one more POST",
+        ),
+        (
+            "xǁRunnerCoreǁ_on_refused",
+            "delay = min(POST_RETRY_MAX_DELAY, POST_RETRY_DELAY * 2 ** min(call.post_failures, 16))",
+            "delay = min(POST_RETRY_MAX_DELAY, POST_RETRY_DELAY / 2 ** min(call.post_failures, 16))",
+        ): (GAP, TIMING),
+        ("xǁRunnerCoreǁ_on_marks_written", "if error is None:", "if error is not None:"): (
+            GAP,
+            MARKS,
+        ),
+        (
+            "xǁRunnerCoreǁ_on_marks_written",
+            "self._marks_due = now + MARK_DELAY",
+            "self._marks_due = now - MARK_DELAY",
+        ): (
+            GAP,
+            TIMING
+            + ": marks written at once instead of batched for half a second: more store writes, the same states",
+        ),
+        (
+            "xǁRunnerCoreǁ_on_renewed",
+            "delay = STORE_RETRY_DELAY * 2 ** min(self._renew_failures, 16)",
+            "delay = STORE_RETRY_DELAY * 2 * min(self._renew_failures, 16)",
+        ): (GAP, TIMING),
+        ("xǁRunnerCoreǁ_on_renewed", "call = self.calls.get(key)", "call = None"): (
+            GAP,
+            "[lease] renewal answers are ignored: a queued call whose claim is old waits for a confirmation it never gets; no check that a claimed call starts in time, and the final worker runs what is left",
+        ),
+        (
+            "xǁRunnerCoreǁ_store_failed",
+            "serve.report.store_errors += 1",
+            "serve.report.store_errors += 2",
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁtake_effects",
+            "if read_at is not None and read_at <= now:",
+            "if read_at is not None and read_at < now:",
+        ): (GAP, TIMING),
+        (
+            "xǁRunnerCoreǁ_next_read",
+            'if view.status == "requires_action" and not self.busy(view.session_id):',
+            'if view.status != "requires_action" and not self.busy(view.session_id):',
+        ): (GAP, TIMING),
+        ("xǁRunnerCoreǁ_done", "call.outcome = outcome", "call.outcome = None"): (
+            GAP,
+            NOTES_ + " (Call.outcome is only read for a posted call's redecision)",
+        ),
+        (
+            "x_classify_refusal",
+            "if isinstance(error, BadRequestError) and _UNKNOWN_CALL in _message(error):",
+            "if isinstance(error, BadRequestError) or _UNKNOWN_CALL in _message(error):",
+        ): (
+            GAP,
+            "the simulated server's only 400 is \"Unknown pending tool call\", so every 400 is one: a 400 for a bad result would kill it (a unit test's job)",
+        ),
+        ("x_classify_refusal", "message = _message(error)", "message = _message(None)"): (
+            GAP,
+            'a refusal misread as "try later" (the message is lost): the result is posted again and again and never reported; no check that every refusal is reported',
+        ),
+        (
+            "x_classify_refusal",
+            'return "retry_later" if _worth_retrying(error.status_code) else "rejected"',
+            'return "retry_later" if _worth_retrying(error.status_code) else "XXrejectedXX"',
+        ): (EQUIVALENT, "_on_refused treats every kind it does not name as rejected"),
+        (
+            "x__url_of",
+            "return str(request.url.copy_with(username=None, password=None, query=None))",
+            "return str(request.url.copy_with(username=None, password=None, ))",
+        ): (
+            GAP,
+            "[logs] URLs in log lines keep their query: logging is off, and the simulated URL has no query",
+        ),
+        (
+            "x_release",
+            "if record.state is not CallState.STARTED or record.has_result() or record.owner != owner:",
+            "if record.state is not CallState.STARTED or record.has_result() or record.owner == owner:",
+        ): (GAP, DEFENSE + " (here: releasing another worker's claim)"),
+        ("x_settle_by_hand", "in_doubt_at=_first_doubt(record, now),", ""): (
+            GAP,
+            "a stale call settled by hand with a result keeps no in_doubt_at: the store audit requires in_doubt_at of calls in doubt, not of calls a person settled",
+        ),
+        (
+            "xǁRunnerCoreǁ_server_failing",
+            "self._unreachable(view, error, now)",
+            "self._unreachable(view, None, now)",
+        ): (
+            GAP,
+            "[give-up] the error a failing server is given up with is lost from the serve's error",
+        ),
+        (
+            "xǁRunnerCoreǁ_server_failing",
+            "down = now - view.unreachable_since",
+            "down = now + view.unreachable_since",
+        ): (GAP, TIMING),
+        (
+            "xǁRunnerCoreǁ_server_failing",
+            "self._end_serves(view, fatal)",
+            "self._end_serves(view, None)",
+        ): (GAP, "[give-up] a serve given up on ends without its error"),
+        (
+            "xǁRunnerCoreǁ_on_session",
+            "view.not_mine &= view.pending",
+            "view.not_mine = view.pending",
+        ): (
+            GAP,
+            "calls left to other workers are forgotten per read; no check of which calls a serve waits for",
+        ),
+        (
+            "xǁRunnerCoreǁ_on_store_refused",
+            'if isinstance(effect, SaveResult) and effect.event.get("success") is not False:',
+            'if isinstance(effect, SaveResult) and effect.event.get("success") is not True:',
+        ): (
+            GAP,
+            "a store that refuses a call's data for good (not an outage) is simulated only for ids, whose failure is posted unsaved",
         ),
     }
 )

@@ -269,6 +269,11 @@ class AuditedStore(MemoryResultStore):
             }
             if entry != expected:
                 self._fail(after, f"the decision is recorded as {entry}, not {expected}")
+            if (
+                before.state in (CallState.STARTED, CallState.IN_DOUBT)
+                and after.in_doubt_at is None
+            ):
+                self._fail(after, "settled by hand as in doubt, with no in_doubt_at")
 
     def _check_result(self, before: CallRecord, after: CallRecord) -> None:
         """A result is saved: who saved it, and its label, must fit what it says."""

@@ -341,7 +341,7 @@ class World:
                     and expires is not None
                     and expires < now
                     and call is not None
-                    and call.lease_held
+                    and call.attempts == record.attempts
                     and call.phase in (Phase.RUNNING, Phase.SAVING)
                     and troubled < self.now - LEASE_SECONDS * 1.5
                 ):

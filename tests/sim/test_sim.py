@@ -428,6 +428,19 @@ def _idle_serves_return_after_one_read(runner: SimRunner) -> None:
     core._settled = hasty  # type: ignore[method-assign]
 
 
+def _held_leases_forgotten(runner: SimRunner) -> None:
+    """The core forgets that it holds the lease of a call it claimed, so it never renews
+    it: a function that runs longer than a lease loses its claim while it runs."""
+    core = runner._core
+    hold = core._hold
+
+    def forgetful(call: Call, record: CallRecord, now: float, *, won: bool) -> None:
+        hold(call, record, now, won=won)
+        call.lease_held = False
+
+    core._hold = forgetful  # type: ignore[method-assign]
+
+
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
     for seed in seeds:
         broken = _violation(seed, mutate)
@@ -449,6 +462,7 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
         (_abandoned_noted_applied, "outcome='applied'), but the store holds"),
         (_gives_up_at_the_first_failure, "a serve gave up on the server after"),
         (_idle_serves_return_after_one_read, "while the Session is"),
+        (_held_leases_forgotten, "yet its lease lapsed"),
     ],
 )
 def test_the_record_and_report_checks_find_a_runner_bug(
