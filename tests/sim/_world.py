@@ -324,7 +324,9 @@ class World:
         """The lease of a call whose function runs (or whose result is being saved) on a
         live worker whose store works never lapses: the loop renews it in time, whatever
         else (hooks, functions) keeps its threads busy. A claim acknowledged late may
-        have lapsed, but its function does not start until a renewal confirms it."""
+        have lapsed, but its function does not start until a renewal confirms it. The
+        call is judged by the store's record and its attempt, not only by the core's own
+        ``lease_held`` flag: a core that forgot it holds a lease must not escape."""
         if not self.chaos:
             return
         now = self.store_now()
@@ -341,7 +343,7 @@ class World:
                     and expires is not None
                     and expires < now
                     and call is not None
-                    and call.attempts == record.attempts
+                    and (call.lease_held or call.attempts == record.attempts)
                     and call.phase in (Phase.RUNNING, Phase.SAVING)
                     and troubled < self.now - LEASE_SECONDS * 1.5
                 ):
