@@ -42,8 +42,9 @@ MEMORY = "[memory] no check that the core forgets what it no longer needs"
 STOP = "[stop] no worker calls stop() while serves or functions are still running"
 STAMPS = "[timestamps] a record's times are checked as each change lands (tests/sim/_audit.py)"
 SQL = (
-    "[fields] the memory store keeps records as the SQL stores' rows: a field no check "
-    "reads (times, settled_by, function name, idempotency key, late outcome) can be lost"
+    "[fields] the memory store keeps records as the SQL stores' rows, and every change is "
+    "audited as it lands (tests/sim/_audit.py); what survives changes a field in a way "
+    "no promise names, or in a change these seeds do not make"
 )
 DAMAGED = "no damaged row (changed by hand) in the simulated store: tests/store covers them"
 ODD_LATE = "no late outcome holds what JSON cannot (NaN, lone surrogates, deep nesting, objects)"
@@ -53,7 +54,8 @@ LIVENESS = (
 )
 DEFENSE = (
     "[defense] the store refuses what the core never asks for (a live claim of another "
-    "worker, a call with a result): the simulator never tests the refusal"
+    "worker, a call with a result): the audit checks what a change did, and a refusal "
+    "the core never needs changes nothing it could see"
 )
 NOTES_ = "[notes] the notes for logs, traces and metrics (take_notes) are not checked"
 
@@ -951,7 +953,8 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     ),
     "xǁRunnerCoreǁ_claim_effect": (
         GAP,
-        "no check of what a claim writes besides its state, owner and attempts",
+        "a claim's record is checked as it lands (state, attempt, owner, lease, times, "
+        "function name, arguments hash, key): what survives changes none of them",
     ),
     "xǁRunnerCoreǁon_store_answer": (
         GAP,
