@@ -57,7 +57,10 @@ DEFENSE = (
     "worker, a call with a result): the audit checks what a change did, and a refusal "
     "the core never needs changes nothing it could see"
 )
-NOTES_ = "[notes] the notes for logs, traces and metrics (take_notes) are not checked"
+NOTES_ = (
+    "[notes] the notes for logs, traces and metrics are checked for truth each round "
+    "(World.check_notes), not for completeness: a note left out passes"
+)
 
 _KEY_UNREAD = "the answer's key is never read: _decided uses the call's"
 _ANY_KIND_FAILS = "_decided fails the call for any kind but rerun and result"
