@@ -6,6 +6,8 @@ classes); rules that hold for whole kinds of mutant come first, then notes per f
 then notes per mutant, which win over both.
 """
 
+# ruff: noqa: E501 (notes name mutants by the source lines they change, quoted verbatim)
+
 from __future__ import annotations
 
 import ast
@@ -16,10 +18,21 @@ EQUIVALENT = "equivalent"
 GAP = "gap"
 
 # What the simulator does not look at, named once and cited by the notes below.
-REPORT = "[report] no check compares a ServeReport's fields with what happened"
-MARKS = "[marks] no check reads progress marks (submitted/applied/rejected) in the store"
+REPORT = (
+    "[report] a ServeReport's lists are checked against the server and the store, its "
+    "counts only as bounds (at most what its worker ran or the server took; no fault "
+    "counted after the faults end): an exact count is not"
+)
+MARKS = (
+    "[marks] a false mark is caught, and a mark the fault-free worker leaves out; a chaos "
+    "worker may skip or lose marks (bookkeeping, docs/runner.md), so a mark written later "
+    "or not at all there passes"
+)
 TIMING = "[timing] no check counts requests or measures delays, beyond the failing-server rate"
-HOOK = "[hook] no check that a call in doubt got the decision of its worker's on_in_doubt hook"
+HOOK = (
+    "[hook] the in-doubt answer saved is checked against its runner's hook, but the "
+    "simulated hooks ignore what they are asked (name, arguments, attempt)"
+)
 UNKNOWN = "[unknown] every worker serves every function: no call of a function it lacks"
 TURN = (
     "[run_turn] what run_turn returns is checked (Turn, status, text), not how: it "
@@ -27,10 +40,11 @@ TURN = (
 )
 MEMORY = "[memory] no check that the core forgets what it no longer needs"
 STOP = "[stop] no worker calls stop() while serves or functions are still running"
-STAMPS = "[timestamps] no check reads a record's times (updated_at, in_doubt_at, late_at)"
+STAMPS = "[timestamps] a record's times are checked as each change lands (tests/sim/_audit.py)"
 SQL = (
-    "[fields] the memory store keeps records as the SQL stores' rows: a field no check "
-    "reads (times, settled_by, function name, idempotency key, late outcome) can be lost"
+    "[fields] the memory store keeps records as the SQL stores' rows, and every change is "
+    "audited as it lands (tests/sim/_audit.py); what survives changes a field in a way "
+    "no promise names, or in a change these seeds do not make"
 )
 DAMAGED = "no damaged row (changed by hand) in the simulated store: tests/store covers them"
 ODD_LATE = "no late outcome holds what JSON cannot (NaN, lone surrogates, deep nesting, objects)"
@@ -40,9 +54,13 @@ LIVENESS = (
 )
 DEFENSE = (
     "[defense] the store refuses what the core never asks for (a live claim of another "
-    "worker, a call with a result): the simulator never tests the refusal"
+    "worker, a call with a result): the audit checks what a change did, and a refusal "
+    "the core never needs changes nothing it could see"
 )
-NOTES_ = "[notes] the notes for logs, traces and metrics (take_notes) are not checked"
+NOTES_ = (
+    "[notes] the notes for logs, traces and metrics are checked for truth each round "
+    "(World.check_notes), not for completeness: a note left out passes"
+)
 
 _KEY_UNREAD = "the answer's key is never read: _decided uses the call's"
 _ANY_KIND_FAILS = "_decided fails the call for any kind but rerun and result"
@@ -64,36 +82,73 @@ _RARE_BY_HAND = (
 )
 _PER_NAME = "no simulated function sets max_concurrency: per-function counts are never read"
 
-#: Per mutant (its name without the module), the class and the one-line reason.
-MUTANT_NOTES: dict[str, tuple[str, str]] = {
-    # CoreBase.__init__
-    "xǁCoreBaseǁ__init____mutmut_5": (GAP, UNKNOWN),
-    "xǁCoreBaseǁ__init____mutmut_7": (GAP, HOOK),
-    "xǁCoreBaseǁ__init____mutmut_9": (
+#: Per mutant, the class and the one-line reason. A mutant is named by what it changes
+#: (its function, and the first line it changes before and after), not by its number:
+#: mutmut numbers a function's mutants afresh whenever the function changes, and a note
+#: on a number would silently move to another mutant.
+MUTANT_NOTES: dict[tuple[str, str, str], tuple[str, str]] = {
+    # RunnerCore.__init__
+    (
+        "xǁRunnerCoreǁ__init__",
+        "self.unknown_functions = unknown_functions",
+        "self.unknown_functions = None",
+    ): (GAP, UNKNOWN),
+    ("xǁRunnerCoreǁ__init__", "self.in_doubt_hook = in_doubt_hook", "self.in_doubt_hook = None"): (
+        GAP,
+        HOOK,
+    ),
+    (
+        "xǁRunnerCoreǁ__init__",
+        "self.unreachable_timeout = unreachable_timeout",
+        "self.unreachable_timeout = None",
+    ): (
         GAP,
         "no outage of refused connections (APIConnectionError) long enough for a serve "
         "with a deadline-less unreachable_timeout to give up",
     ),
-    "xǁCoreBaseǁ__init____mutmut_15": (EQUIVALENT, "serve ids only need to be unique and rising"),
-    "xǁCoreBaseǁ__init____mutmut_17": (GAP, NOTES_),
-    "xǁCoreBaseǁ__init____mutmut_25": (
+    ("xǁRunnerCoreǁ__init__", "self._last_serve_id = 0", "self._last_serve_id = 1"): (
+        EQUIVALENT,
+        "serve ids only need to be unique and rising",
+    ),
+    ("xǁRunnerCoreǁ__init__", "self._notes: list[Note] = []", "self._notes: list[Note] = None"): (
+        GAP,
+        NOTES_,
+    ),
+    ("xǁRunnerCoreǁ__init__", "self._marks_due = 0.0", "self._marks_due = None"): (
         EQUIVALENT,
         "_marks_due is always set by the first queued mark before anything reads it",
     ),
-    "xǁCoreBaseǁ__init____mutmut_27": (EQUIVALENT, "None is as false as False here"),
-    "xǁCoreBaseǁ__init____mutmut_29": (EQUIVALENT, "None is as false as False here"),
-    "xǁCoreBaseǁ__init____mutmut_33": (
+    ("xǁRunnerCoreǁ__init__", "self._marks_writing = False", "self._marks_writing = None"): (
+        EQUIVALENT,
+        "None is as false as False here",
+    ),
+    ("xǁRunnerCoreǁ__init__", "self._marks_failed = False", "self._marks_failed = None"): (
+        EQUIVALENT,
+        "None is as false as False here",
+    ),
+    ("xǁRunnerCoreǁ__init__", "self._renewing = False", "self._renewing = True"): (
         GAP,
         "leases never renewed: no seed runs a function longer than the lease with the "
         "store up (the lease invariant would then fire)",
     ),
-    "xǁCoreBaseǁ__init____mutmut_35": (GAP, TIMING + " (first store retry 0.2 s, not 0.1 s)"),
-    "xǁCoreBaseǁ__init____mutmut_39": (EQUIVALENT, 'float() reads "-INF" as "-inf"'),
-    "xǁServeTrackerǁstop__mutmut_1": (
+    ("xǁRunnerCoreǁ__init__", "self._store_failures = 0", "self._store_failures = 1"): (
+        GAP,
+        TIMING + " (first store retry 0.2 s, not 0.1 s)",
+    ),
+    (
+        "xǁRunnerCoreǁ__init__",
+        'self._store_retry_at = float("-inf")  # monotonic clocks may start anywhere',
+        'self._store_retry_at = float("-INF")  # monotonic clocks may start anywhere',
+    ): (EQUIVALENT, 'float() reads "-INF" as "-inf"'),
+    (
+        "xǁRunnerCoreǁstop",
+        "def stop(self, last_serve: int, *, force: bool = False) -> None:",
+        "def stop(self, last_serve: int, *, force: bool = True) -> None:",
+    ): (
         EQUIVALENT,
         "the default is never used: the pump, stop()'s only caller, always passes force",
     ),
-    "xǁServeTrackerǁattach__mutmut_2": (
+    ("xǁRunnerCoreǁattach", "self._last_serve_id += 1", "self._last_serve_id -= 1"): (
         GAP,
         STOP + " (falling serve ids would make stop() also stop serves attached after it)",
     ),
@@ -101,131 +156,615 @@ MUTANT_NOTES: dict[str, tuple[str, str]] = {
 
 MUTANT_NOTES.update(
     {
-        "xǁServeTrackerǁon_event__mutmut_2": (
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._view(serve.session_id).snapshots_streamed += 1",
+            "self._view(serve.session_id).snapshots_streamed -= 1",
+        ): (
             EQUIVALENT,
             "snapshots_streamed is only compared for equality: any change per snapshot works",
         ),
-        "xǁServeTrackerǁon_event__mutmut_4": (
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._view(serve.session_id).snapshots_streamed += 1",
+            "self._view(serve.session_id).snapshots_streamed += 2",
+        ): (
             EQUIVALENT,
             "snapshots_streamed is only compared for equality: any change per snapshot works",
         ),
-        "xǁServeTrackerǁon_event__mutmut_12": (GAP, MARKS + ": the output Item only marks applied"),
-        "xǁServeTrackerǁon_event__mutmut_16": (GAP, MARKS + ": the output Item only marks applied"),
-        "xǁServeTrackerǁon_event__mutmut_18": (GAP, MARKS + ": the output Item only marks applied"),
-        "xǁServeTrackerǁon_event__mutmut_84": (
-            GAP,
-            "the simulator's server runs no subagent Turns",
-        ),
-        "xǁServeTrackerǁon_session_read__mutmut_3": (EQUIVALENT, "None is as false as False here"),
-        "xǁCallMachineǁ_in_doubt__mutmut_20": (EQUIVALENT, _KEY_UNREAD),
-        "xǁCallMachineǁ_in_doubt__mutmut_76": (EQUIVALENT, _KEY_UNREAD),
-        "xǁCallMachineǁ_in_doubt__mutmut_42": (
-            EQUIVALENT,
-            "_decided reads attempts only for a rerun; this answer is fail",
-        ),
-        "xǁCallMachineǁ_in_doubt__mutmut_50": (EQUIVALENT, _ANY_KIND_FAILS),
-        "xǁCallMachineǁ_in_doubt__mutmut_54": (EQUIVALENT, _ANY_KIND_FAILS),
-        "xǁCallMachineǁ_in_doubt__mutmut_80": (EQUIVALENT, _ANY_KIND_FAILS),
-        "xǁCallMachineǁ_in_doubt__mutmut_62": (GAP, HOOK + " (the hooks ignore the arguments)"),
-        "xǁCallMachineǁ_on_saved__mutmut_1": (EQUIVALENT, "None is as false as False here"),
-        "xǁCallMachineǁ_on_saved__mutmut_3": (
-            EQUIVALENT,
-            "Call.event is written but never read by anything once the save answered",
-        ),
-        "xǁCallMachineǁon_posted__mutmut_44": (EQUIVALENT, _OUTCOME_UNREAD),
-        "xǁCallMachineǁon_posted__mutmut_48": (EQUIVALENT, _OUTCOME_UNREAD),
-        "xǁCallMachineǁon_posted__mutmut_18": (GAP, NOTES_),
-        "xǁCallMachineǁon_posted__mutmut_20": (GAP, NOTES_),
-        "xǁCallMachineǁon_posted__mutmut_26": (GAP, NOTES_),
-        "xǁCallMachineǁon_posted__mutmut_50": (GAP, MARKS),
-        "xǁCallMachineǁon_posted__mutmut_96": (GAP, "the error is only logged, and logging is off"),
-        "xǁCallMachineǁ_on_refused__mutmut_3": (GAP, _ANY_REPORT),
-        "xǁCallMachineǁ_on_refused__mutmut_21": (GAP, _ANY_REPORT),
-        "xǁCallMachineǁ_on_refused__mutmut_59": (GAP, _ANY_REPORT),
-        "xǁHousekeepingǁ_on_marks_written__mutmut_1": (
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._on_output(CallKey(serve.session_id, item.turn_id, item.call_id), now)",
+            "self._on_output(None, now)",
+        ): (GAP, MARKS + ": the output Item only marks applied"),
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._on_output(CallKey(serve.session_id, item.turn_id, item.call_id), now)",
+            "self._on_output(CallKey(None, item.turn_id, item.call_id), now)",
+        ): (GAP, MARKS + ": the output Item only marks applied"),
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._on_output(CallKey(serve.session_id, item.turn_id, item.call_id), now)",
+            "self._on_output(CallKey(serve.session_id, item.turn_id, None), now)",
+        ): (GAP, MARKS + ": the output Item only marks applied"),
+        (
+            "xǁRunnerCoreǁon_event",
+            "if event.turn is not None and event.turn.subagent_id is not None:",
+            "if event.turn is not None and event.turn.subagent_id is None:",
+        ): (GAP, "the simulator's server runs no subagent Turns"),
+        ("xǁRunnerCoreǁon_session_read", "view.reading = False", "view.reading = None"): (
             EQUIVALENT,
             "None is as false as False here",
         ),
-        "xǁCallMachineǁ_rejected__mutmut_20": (GAP, MARKS),
-        "xǁCallMachineǁ_rejected__mutmut_30": (GAP, NOTES_),
-        "xǁServeTrackerǁ_on_session__mutmut_21": (
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "rerun"), now)',
+            'self._decided(call, attempts, InDoubtAnswer(None, "rerun"), now)',
+        ): (EQUIVALENT, _KEY_UNREAD),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            'self._decided(call, attempts, InDoubtAnswer(None, "fail"), now)',
+        ): (EQUIVALENT, _KEY_UNREAD),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            'self._decided(call, None, InDoubtAnswer(call.key, "fail"), now)',
+        ): (
+            EQUIVALENT,
+            "_decided reads attempts only for a rerun; this answer is fail",
+        ),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            "self._decided(call, attempts, InDoubtAnswer(call.key, None), now)",
+        ): (EQUIVALENT, _ANY_KIND_FAILS),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "FAIL"), now)',
+        ): (EQUIVALENT, _ANY_KIND_FAILS),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "fail"), now)',
+            'self._decided(call, attempts, InDoubtAnswer(call.key, "XXfailXX"), now)',
+        ): (EQUIVALENT, _ANY_KIND_FAILS),
+        (
+            "xǁRunnerCoreǁ_in_doubt",
+            "self._effects.append(AskInDoubt(call.key, call.name, call.arguments, attempts))",
+            "self._effects.append(AskInDoubt(call.key, call.name, None, attempts))",
+        ): (GAP, HOOK + " (the hooks ignore the arguments)"),
+        ("xǁRunnerCoreǁ_on_saved", "call.lease_held = False", "call.lease_held = None"): (
+            EQUIVALENT,
+            "None is as false as False here",
+        ),
+        ("xǁRunnerCoreǁ_on_saved", "call.event = None", 'call.event = ""'): (
+            EQUIVALENT,
+            "Call.event is written but never read by anything once the save answered",
+        ),
+        ("xǁRunnerCoreǁon_posted", 'self._done(call, "applied")', "self._done(call, None)"): (
+            EQUIVALENT,
+            _OUTCOME_UNREAD,
+        ),
+        ("xǁRunnerCoreǁon_posted", 'self._done(call, "applied")', 'self._done(call, "APPLIED")'): (
+            EQUIVALENT,
+            _OUTCOME_UNREAD,
+        ),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'self._notes.append(CallSettled(call.key, call.name, "submitted"))',
+            "self._notes.append(None)",
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'self._notes.append(CallSettled(call.key, call.name, "submitted"))',
+            'self._notes.append(CallSettled(call.key, None, "submitted"))',
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'self._notes.append(CallSettled(call.key, call.name, "submitted"))',
+            'self._notes.append(CallSettled(call.key, call.name, "SUBMITTED"))',
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁon_posted",
+            "self._queue_mark(call.key, CallState.SUBMITTED, now)",
+            "self._queue_mark(call.key, None, now)",
+        ): (GAP, MARKS),
+        (
+            "xǁRunnerCoreǁon_posted",
+            "self._on_refused(call, kind, error, now)",
+            "self._on_refused(call, kind, None, now)",
+        ): (GAP, "the error is only logged, and logging is off"),
+        (
+            "xǁRunnerCoreǁ_on_refused",
+            'if kind == "retry_soon" and call.unknown_call_tries < UNKNOWN_CALL_RETRIES:',
+            'if kind == "XXretry_soonXX" and call.unknown_call_tries < UNKNOWN_CALL_RETRIES:',
+        ): (GAP, _ANY_REPORT),
+        (
+            "xǁRunnerCoreǁ_on_refused",
+            'if kind == "retry_later":',
+            'if kind == "XXretry_laterXX":',
+        ): (GAP, _ANY_REPORT),
+        ("xǁRunnerCoreǁ_on_refused", 'if kind == "conflict":', 'if kind == "XXconflictXX":'): (
+            GAP,
+            _ANY_REPORT,
+        ),
+        (
+            "xǁRunnerCoreǁ_on_marks_written",
+            "self._marks_writing = False",
+            "self._marks_writing = None",
+        ): (
+            EQUIVALENT,
+            "None is as false as False here",
+        ),
+        (
+            "xǁRunnerCoreǁ_rejected",
+            "self._queue_mark(call.key, CallState.REJECTED, now)",
+            "self._queue_mark(None, CallState.REJECTED, now)",
+        ): (GAP, MARKS),
+        (
+            "xǁRunnerCoreǁ_rejected",
+            'self._done(call, "rejected")',
+            'self._done(call, "XXrejectedXX")',
+        ): (GAP, NOTES_),
+        ("xǁRunnerCoreǁ_on_session", "view.snapshots += 1", "view.snapshots += 2"): (
             EQUIVALENT,
             "snapshots is only compared with earlier values of itself: any rising step works",
         ),
-        "xǁCallMachineǁ_hold__mutmut_33": (EQUIVALENT, "_enter reads now only for READY"),
-        "xǁCallMachineǁ_decide_existing__mutmut_20": (
+        (
+            "xǁRunnerCoreǁ_hold",
+            "self._enter(call, Phase.QUEUED, now)",
+            "self._enter(call, Phase.QUEUED, None)",
+        ): (EQUIVALENT, "_enter reads now only for READY"),
+        (
+            "xǁRunnerCoreǁ_decide_existing",
+            "self._rejected(call, record, now, newly=False)",
+            "self._rejected(call, None, now, newly=False)",
+        ): (
             EQUIVALENT,
             "_rejected never reads its record argument",
         ),
-        "xǁCallMachineǁ_decide_existing__mutmut_22": (EQUIVALENT, "None is as false as False"),
-        "xǁCallMachineǁ_decide_existing__mutmut_16": (GAP, NOTES_),
-        "xǁCallMachineǁ_consider__mutmut_20": (GAP, REPORT),
-        "xǁCallMachineǁ_consider__mutmut_70": (GAP, UNKNOWN),
-        "xǁCallMachineǁ_consider__mutmut_72": (GAP, UNKNOWN),
-        "xǁCallMachineǁon_store_answer__mutmut_3": (GAP, MARKS),
-        "xǁCallMachineǁon_store_answer__mutmut_77": (GAP, LIVENESS),
-        "xǁCallMachineǁon_store_answer__mutmut_79": (GAP, LIVENESS),
-        "xǁCallMachineǁon_store_answer__mutmut_81": (GAP, LIVENESS),
-        "xǁCallMachineǁon_posted__mutmut_14": (GAP, LIVENESS + " (a failed POST seen as sent)"),
-        "x__sendable__mutmut_3": (
+        (
+            "xǁRunnerCoreǁ_decide_existing",
+            "self._rejected(call, record, now, newly=False)",
+            "self._rejected(call, record, now, newly=None)",
+        ): (EQUIVALENT, "None is as false as False"),
+        (
+            "xǁRunnerCoreǁ_decide_existing",
+            'self._done(call, "duplicate")',
+            'self._done(call, "XXduplicateXX")',
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁ_consider",
+            'self._count(pending.key.session_id, "duplicates_skipped")',
+            'self._count(None, "duplicates_skipped")',
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁ_consider",
+            'if function is None and self.unknown_functions == "leave":',
+            'if function is None and self.unknown_functions != "leave":',
+        ): (GAP, UNKNOWN),
+        (
+            "xǁRunnerCoreǁ_consider",
+            'if function is None and self.unknown_functions == "leave":',
+            'if function is None and self.unknown_functions == "LEAVE":',
+        ): (GAP, UNKNOWN),
+        (
+            "xǁRunnerCoreǁon_store_answer",
+            "self._on_marks_written(effect, answer.error, now)",
+            "self._on_marks_written(effect, None, now)",
+        ): (GAP, MARKS),
+        (
+            "xǁRunnerCoreǁon_store_answer",
+            'self._done(call, "released")',
+            "self._done(call, None)",
+        ): (GAP, LIVENESS),
+        ("xǁRunnerCoreǁon_store_answer", 'self._done(call, "released")', "self._done(call, )"): (
+            GAP,
+            LIVENESS,
+        ),
+        (
+            "xǁRunnerCoreǁon_store_answer",
+            'self._done(call, "released")',
+            'self._done(call, "RELEASED")',
+        ): (GAP, LIVENESS),
+        ("xǁRunnerCoreǁon_posted", "error = outcome.error", "error = None"): (
+            GAP,
+            LIVENESS + " (a failed POST seen as sent)",
+        ),
+        (
+            "x__sendable",
+            '"".join((key.session_id, key.turn_id, key.call_id)).encode("utf-8")',
+            '"XXXX".join((key.session_id, key.turn_id, key.call_id)).encode("utf-8")',
+        ): (
             EQUIVALENT,
             "an ASCII separator changes nothing: encoding fails iff an id has a lone surrogate",
         ),
-        "x__sendable__mutmut_5": (EQUIVALENT, "codec names are case-insensitive"),
-        "x_release__mutmut_6": (
+        (
+            "x__sendable",
+            '"".join((key.session_id, key.turn_id, key.call_id)).encode("utf-8")',
+            '"".join((key.session_id, key.turn_id, key.call_id)).encode("UTF-8")',
+        ): (EQUIVALENT, "codec names are case-insensitive"),
+        ("x_release", "if record.attempts == 1:", "if record.attempts == 2:"): (
             GAP,
             "a released first claim is kept in doubt instead of deleted, and the call is "
             "failed in doubt although no function started: no check that a call failed "
             "in doubt was ever started",
         ),
-        "x_take_over__mutmut_9": (GAP, DEFENSE + " (here: taking over a live claim)"),
-        "x_take_over__mutmut_43": (
+        (
+            "x_take_over",
+            "record.state is CallState.IN_DOUBT or record.owner == owner or is_stale(record, now=now)",
+            "record.state is CallState.IN_DOUBT or record.owner != owner or is_stale(record, now=now)",
+        ): (GAP, DEFENSE + " (here: taking over a live claim)"),
+        ("x_take_over", "attempts=record.attempts + 1,", "attempts=record.attempts + 2,"): (
             GAP,
             "attempts are checked against themselves (max_attempts), not against the runs "
             "a call in doubt got",
         ),
-        "x_renew_lease__mutmut_4": (
+        (
+            "x_renew_lease",
+            "if record.owner != owner or record.state is not CallState.STARTED or record.has_result():",
+            "if record.owner == owner or record.state is not CallState.STARTED or record.has_result():",
+        ): (
             GAP,
             "own leases are never renewed: no function outlives its lease in these seeds",
         ),
-        "x_renew_lease__mutmut_10": (
+        (
+            "x_renew_lease",
+            "return replace(record, lease_expires_at=now + lease_seconds, updated_at=now)",
+            "return replace(record, updated_at=now)",
+        ): (
             GAP,
             "leases are never extended: no function outlives its lease in these seeds",
         ),
-        "x_renew_lease__mutmut_6": (
+        (
+            "x_renew_lease",
+            "return replace(record, lease_expires_at=now + lease_seconds, updated_at=now)",
+            "return replace(None, lease_expires_at=now + lease_seconds, updated_at=now)",
+        ): (
             GAP,
             "renewals fail (logged): no function outlives its lease in these seeds",
         ),
-        "x_settle_by_hand__mutmut_27": (GAP, _RARE_BY_HAND),
-        "x_settle_by_hand__mutmut_33": (GAP, _RARE_BY_HAND),
-        "x_settle_by_hand__mutmut_3": (
+        ("x_settle_by_hand", "result=result,", "result=None,"): (GAP, _RARE_BY_HAND),
+        ("x_settle_by_hand", "result=result,", ""): (GAP, _RARE_BY_HAND),
+        (
+            "x_settle_by_hand",
+            "if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now):",
+            "if record.state is not CallState.IN_DOUBT and is_stale(record, now=now):",
+        ): (
             GAP,
             "the simulated person settles only calls in doubt: a live claim settled by "
             "hand is never asked for, so the refusal is not tested",
         ),
-        "x_settle_by_hand__mutmut_1": (
+        (
+            "x_settle_by_hand",
+            "if record.state is not CallState.IN_DOUBT and not is_stale(record, now=now):",
+            "if record.state is not CallState.IN_DOUBT or not is_stale(record, now=now):",
+        ): (
             GAP,
             "a person's command refused is taken by the simulator for a race it lost",
         ),
-        "xǁCallMachineǁ_start_queued__mutmut_39": (GAP, NOTES_),
-        "xǁCallMachineǁ_start_queued__mutmut_41": (GAP, NOTES_),
-        "xǁCallMachineǁ_time_out__mutmut_6": (GAP, TIMING + " (at the deadline's exact instant)"),
-        "xǁCallMachineǁon_function_done__mutmut_53": (GAP, REPORT),
-        "xǁCallMachineǁon_function_done__mutmut_71": (GAP, REPORT),
-        "xǁCallMachineǁon_function_done__mutmut_77": (GAP, REPORT),
-        "xǁCallMachineǁon_function_done__mutmut_79": (GAP, REPORT),
-        "xǁCallMachineǁon_function_done__mutmut_81": (GAP, REPORT),
-        "xǁCallMachineǁon_function_done__mutmut_19": (GAP, _LATE),
-        "xǁCallMachineǁon_function_done__mutmut_21": (GAP, _LATE),
-        "xǁCallMachineǁon_function_done__mutmut_39": (GAP, _LATE),
-        "xǁServeTrackerǁon_session_read__mutmut_35": (
+        (
+            "xǁRunnerCoreǁ_start_queued",
+            "self._notes.append(CallStarted(call.key, call.name, call.attempts))",
+            "self._notes.append(None)",
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁ_start_queued",
+            "self._notes.append(CallStarted(call.key, call.name, call.attempts))",
+            "self._notes.append(CallStarted(call.key, None, call.attempts))",
+        ): (GAP, NOTES_),
+        (
+            "xǁRunnerCoreǁ_time_out",
+            "if call.phase is not Phase.RUNNING or call.deadline is None or call.deadline > now:",
+            "if call.phase is not Phase.RUNNING or call.deadline is None or call.deadline >= now:",
+        ): (GAP, TIMING + " (at the deadline's exact instant)"),
+        ("xǁRunnerCoreǁon_function_done", "session = call.key.session_id", "session = None"): (
+            GAP,
+            REPORT,
+        ),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            'self._count(session, "calls_run")',
+            'self._count(None, "calls_run")',
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            'if outcome.event.get("success") is False:',
+            "if outcome.event.get(None) is False:",
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            'if outcome.event.get("success") is False:',
+            'if outcome.event.get("SUCCESS") is False:',
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            'if outcome.event.get("success") is False:',
+            'if outcome.event.get("success") is True:',
+        ): (GAP, REPORT),
+        ("xǁRunnerCoreǁon_function_done", "late = outcome.event", "late = None"): (GAP, _LATE),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            "late = failure_event(outcome.key, ENDED_WITHOUT_RESULT)",
+            "late = None",
+        ): (GAP, _LATE),
+        (
+            "xǁRunnerCoreǁon_function_done",
+            "self._effects.append(KeepLateOutcome(outcome.key, late))",
+            "self._effects.append(KeepLateOutcome(outcome.key, None))",
+        ): (GAP, _LATE),
+        (
+            "xǁRunnerCoreǁon_session_read",
+            "serve.target_turn_status = answer.turn.status",
+            "serve.target_turn_status = None",
+        ): (
             GAP,
             TURN + ": a Turn whose end only a read shows (its end event lost)",
         ),
     }
 )
 
-#: Per function (mangled name, e.g. ``xǁServeTrackerǁstop``), for its survivors on lines
+
+#: Notes on the survivors of the every-16th sample of 2026-12-05 (see docs/mutation.md).
+MUTANT_NOTES.update(
+    {
+        (
+            "xǁRunnerCoreǁ__init__",
+            'self._renew_sent_at = float("-inf")',
+            "self._renew_sent_at = None",
+        ): (
+            EQUIVALENT,
+            "_renew_sent_at is set whenever a renewal is sent, before any answer reads it",
+        ),
+        (
+            "xǁRunnerCoreǁfinished",
+            'if serve.until == "created":',
+            'if serve.until == "XXcreatedXX":',
+        ): (
+            GAP,
+            TURN
+            + ": run_turn's wait for its Turn's creation falls through to the settled path, which returns the same Turn later",
+        ),
+        (
+            "xǁRunnerCoreǁ_refused_in_turn",
+            "view = self._view(serve.session_id)",
+            "view = self._view(None)",
+        ): (
+            GAP,
+            "no run_turn here waits on a Turn whose result the server refused: since redirects are raised as the client raises them, only repeated 400s refuse a result, and none of these seeds has them while a run_turn waits",
+        ),
+        (
+            "xǁRunnerCoreǁ_settled",
+            "and not (call.phase in _NOT_STARTED and call.retry is not None)",
+            "and not (call.phase in _NOT_STARTED and call.retry is None)",
+        ): (
+            GAP,
+            TIMING
+            + ": a serve returns a round sooner or later while a claim waits to be retried; the fault-free worker's idle serves are checked only when they return",
+        ),
+        (
+            "xǁRunnerCoreǁon_event",
+            "and isinstance(event, ItemDoneEvent)\nand item.turn_id is not None",
+            "and isinstance(event, ItemDoneEvent) or item.turn_id is not None",
+        ): (GAP, TIMING + ": a stream Item heeded or not is made up for by the next read"),
+        (
+            "xǁRunnerCoreǁon_event",
+            'turn = getattr(event, "turn", None)',
+            'turn = getattr(event, "XXturnXX", None)',
+        ): (
+            GAP,
+            "the simulated terminal events carry no Turn object, so reading it or not is the same here: a server that sends the Turn with its end event would kill it",
+        ),
+        (
+            "xǁRunnerCoreǁon_event",
+            "self._cancel_turn(serve.session_id, event.turn_id, now)",
+            "self._cancel_turn(serve.session_id, None, now)",
+        ): (
+            GAP,
+            "a cancel event not applied: the Session snapshot published with the same change cancels the Turn's calls in the same round (a stream that carries only the end event would kill it)",
+        ),
+        (
+            "xǁRunnerCoreǁ_stop_turn",
+            "elif call.phase is Phase.WAITING:",
+            "elif call.phase is not Phase.WAITING:",
+        ): (
+            GAP,
+            LIVENESS
+            + ": a cancelled Turn's saved results are dropped instead of marked abandoned, and the record stays completed (allowed: a mark is bookkeeping)",
+        ),
+        (
+            "xǁRunnerCoreǁon_session_read",
+            "if now - view.read_warned_at >= READ_WARN_EVERY:",
+            "if now + view.read_warned_at >= READ_WARN_EVERY:",
+        ): (
+            GAP,
+            "[logs] how often a failed read is logged (at most every READ_WARN_EVERY s): logging is off in the simulator",
+        ),
+        (
+            "xǁRunnerCoreǁ_unreachable",
+            "if self.unreachable_timeout is None or down < self.unreachable_timeout:",
+            "if self.unreachable_timeout is None or down <= self.unreachable_timeout:",
+        ): (
+            GAP,
+            TIMING
+            + ": the boundary instant; down equals unreachable_timeout exactly only by chance on these float clocks",
+        ),
+        ("xǁRunnerCoreǁ_on_output", "call = self.calls.get(key)", "call = None"): (GAP, MARKS),
+        (
+            "xǁRunnerCoreǁ_on_output",
+            "elif call.phase is Phase.POSTING:",
+            "elif call.phase is not Phase.POSTING:",
+        ): (GAP, MARKS),
+        ("xǁRunnerCoreǁ_hold", "call.lease_held = True", "call.lease_held = None"): (
+            GAP,
+            "[lease] the lease check (World._check_leases) reads the core's own lease_held flag, so a core that forgets it holds a lease skips both the renewal and the check: a check from the store's side alone would kill it",
+        ),
+        (
+            "xǁRunnerCoreǁ_decide_existing",
+            "self._unconfirmed.pop(call.key, None)",
+            "self._unconfirmed.pop(None, None)",
+        ): (
+            GAP,
+            TIMING
+            + ": a claim of ours found committed is taken for another's, and decided again by a later read",
+        ),
+        (
+            "xǁRunnerCoreǁ_start_queued",
+            "if self._renew_at is None or self._renew_at > due:",
+            "if self._renew_at is None and self._renew_at > due:",
+        ): (
+            GAP,
+            TIMING
+            + ": the renewal that confirms a queued call's lease is scheduled later, so the call starts later",
+        ),
+        ("xǁRunnerCoreǁon_function_done", "session = call.key.session_id", "session = None"): (
+            GAP,
+            REPORT + " (here calls_run and function_errors counted for no serve)",
+        ),
+        (
+            "xǁRunnerCoreǁ_take_batches",
+            "if self._view(session_id).posting or self._lingering(session_id, calls, now):",
+            "if self._view(session_id).posting or self._lingering(None, calls, now):",
+        ): (
+            GAP,
+            TIMING + ": results are posted at once instead of lingering for the rest of the batch",
+        ),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'if kind in ("retry_later", "no_access") and view is not None:',
+            'if kind in ("retry_later", "XXno_accessXX") and view is not None:',
+        ): (
+            GAP,
+            "no check that a redirect ends its serves at once (docs/operations.md): the serve retries the POST later, and it succeeds",
+        ),
+        (
+            "xǁRunnerCoreǁon_posted",
+            'if len(mine) > 1 and kind != "retry_later":',
+            'if len(mine) >= 1 and kind != "retry_later":',
+        ): (
+            GAP,
+            TIMING
+            + ": a refused batch of one is sent again alone before it is judged: one more POST",
+        ),
+        (
+            "xǁRunnerCoreǁ_on_refused",
+            "delay = min(POST_RETRY_MAX_DELAY, POST_RETRY_DELAY * 2 ** min(call.post_failures, 16))",
+            "delay = min(POST_RETRY_MAX_DELAY, POST_RETRY_DELAY / 2 ** min(call.post_failures, 16))",
+        ): (GAP, TIMING),
+        ("xǁRunnerCoreǁ_on_marks_written", "if error is None:", "if error is not None:"): (
+            GAP,
+            MARKS,
+        ),
+        (
+            "xǁRunnerCoreǁ_on_marks_written",
+            "self._marks_due = now + MARK_DELAY",
+            "self._marks_due = now - MARK_DELAY",
+        ): (
+            GAP,
+            TIMING
+            + ": marks written at once instead of batched for half a second: more store writes, the same states",
+        ),
+        (
+            "xǁRunnerCoreǁ_on_renewed",
+            "delay = STORE_RETRY_DELAY * 2 ** min(self._renew_failures, 16)",
+            "delay = STORE_RETRY_DELAY * 2 * min(self._renew_failures, 16)",
+        ): (GAP, TIMING),
+        ("xǁRunnerCoreǁ_on_renewed", "call = self.calls.get(key)", "call = None"): (
+            GAP,
+            "[lease] renewal answers are ignored: a queued call whose claim is old waits for a confirmation it never gets; no check that a claimed call starts in time, and the final worker runs what is left",
+        ),
+        (
+            "xǁRunnerCoreǁ_store_failed",
+            "serve.report.store_errors += 1",
+            "serve.report.store_errors += 2",
+        ): (GAP, REPORT),
+        (
+            "xǁRunnerCoreǁtake_effects",
+            "if read_at is not None and read_at <= now:",
+            "if read_at is not None and read_at < now:",
+        ): (GAP, TIMING),
+        (
+            "xǁRunnerCoreǁ_next_read",
+            'if view.status == "requires_action" and not self.busy(view.session_id):',
+            'if view.status != "requires_action" and not self.busy(view.session_id):',
+        ): (GAP, TIMING),
+        ("xǁRunnerCoreǁ_done", "call.outcome = outcome", "call.outcome = None"): (
+            GAP,
+            NOTES_ + " (Call.outcome is only read for a posted call's redecision)",
+        ),
+        (
+            "x_classify_refusal",
+            "if isinstance(error, BadRequestError) and _UNKNOWN_CALL in _message(error):",
+            "if isinstance(error, BadRequestError) or _UNKNOWN_CALL in _message(error):",
+        ): (
+            GAP,
+            "the simulated server's only 400 is \"Unknown pending tool call\", so every 400 is one: a 400 for a bad result would kill it (a unit test's job)",
+        ),
+        ("x_classify_refusal", "message = _message(error)", "message = _message(None)"): (
+            GAP,
+            'a refusal misread as "try later" (the message is lost): the result is posted again and again and never reported; no check that every refusal is reported',
+        ),
+        (
+            "x_classify_refusal",
+            'return "retry_later" if _worth_retrying(error.status_code) else "rejected"',
+            'return "retry_later" if _worth_retrying(error.status_code) else "XXrejectedXX"',
+        ): (EQUIVALENT, "_on_refused treats every kind it does not name as rejected"),
+        (
+            "x__url_of",
+            "return str(request.url.copy_with(username=None, password=None, query=None))",
+            "return str(request.url.copy_with(username=None, password=None, ))",
+        ): (
+            GAP,
+            "[logs] URLs in log lines keep their query: logging is off, and the simulated URL has no query",
+        ),
+        (
+            "x_release",
+            "if record.state is not CallState.STARTED or record.has_result() or record.owner != owner:",
+            "if record.state is not CallState.STARTED or record.has_result() or record.owner == owner:",
+        ): (GAP, DEFENSE + " (here: releasing another worker's claim)"),
+        ("x_settle_by_hand", "in_doubt_at=_first_doubt(record, now),", ""): (
+            GAP,
+            "a stale call settled by hand with a result keeps no in_doubt_at: the store audit requires in_doubt_at of calls in doubt, not of calls a person settled",
+        ),
+        (
+            "xǁRunnerCoreǁ_server_failing",
+            "self._unreachable(view, error, now)",
+            "self._unreachable(view, None, now)",
+        ): (
+            GAP,
+            "[give-up] the error a failing server is given up with is lost from the serve's error",
+        ),
+        (
+            "xǁRunnerCoreǁ_server_failing",
+            "down = now - view.unreachable_since",
+            "down = now + view.unreachable_since",
+        ): (GAP, TIMING),
+        (
+            "xǁRunnerCoreǁ_server_failing",
+            "self._end_serves(view, fatal)",
+            "self._end_serves(view, None)",
+        ): (GAP, "[give-up] a serve given up on ends without its error"),
+        (
+            "xǁRunnerCoreǁ_on_session",
+            "view.not_mine &= view.pending",
+            "view.not_mine = view.pending",
+        ): (
+            GAP,
+            "calls left to other workers are forgotten per read; no check of which calls a serve waits for",
+        ),
+        (
+            "xǁRunnerCoreǁ_on_store_refused",
+            'if isinstance(effect, SaveResult) and effect.event.get("success") is not False:',
+            'if isinstance(effect, SaveResult) and effect.event.get("success") is not True:',
+        ): (
+            GAP,
+            "a store that refuses a call's data for good (not an outage) is simulated only for ids, whose failure is posted unsaved",
+        ),
+    }
+)
+
+#: Per function (mangled name, e.g. ``xǁRunnerCoreǁstop``), for its survivors on lines
 #: the simulator runs: the class and the reason or the scenario that would kill them.
 FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "xǁPendingCallǁfrom_item": (
@@ -235,95 +774,95 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     ),
     "xǁInDoubtDecisionǁresult": (GAP, HOOK),
     "xǁServeǁstreamed_answer": (GAP, TURN),
-    "xǁServeTrackerǁattach": (
+    "xǁRunnerCoreǁattach": (
         GAP,
         TIMING + ": recover's first read is only sooner; the next round reads anyway",
     ),
-    "xǁServeTrackerǁdetach": (
+    "xǁRunnerCoreǁdetach": (
         GAP,
         "claims left by an ended serve are released later or lapse; a check that a "
         "detached serve leaves no claim of an unstarted call would kill it (also " + MEMORY + ")",
     ),
-    "xǁServeTrackerǁstop": (GAP, STOP),
-    "xǁServeTrackerǁexpect_turn": (GAP, TIMING + "; run_turn falls back to listing Turns"),
-    "xǁServeTrackerǁstart_turn": (GAP, TURN),
-    "xǁServeTrackerǁfinished": (GAP, TURN + "; " + REPORT + "; " + MARKS),
-    "xǁServeTrackerǁ_refused_in_turn": (GAP, TURN + "; " + REPORT),
-    "xǁServeTrackerǁon_dropped": (GAP, REPORT),
-    "xǁServeTrackerǁon_stream_failed": (
+    "xǁRunnerCoreǁstop": (GAP, STOP),
+    "xǁRunnerCoreǁexpect_turn": (GAP, TIMING + "; run_turn falls back to listing Turns"),
+    "xǁRunnerCoreǁstart_turn": (GAP, TURN),
+    "xǁRunnerCoreǁfinished": (GAP, TURN + "; " + REPORT + "; " + MARKS),
+    "xǁRunnerCoreǁ_refused_in_turn": (GAP, TURN + "; " + REPORT),
+    "xǁRunnerCoreǁon_dropped": (GAP, REPORT),
+    "xǁRunnerCoreǁon_stream_failed": (
         GAP,
         "no stream that cannot be opened again (other than 404) while a serve waits",
     ),
-    "xǁServeTrackerǁon_event": (
+    "xǁRunnerCoreǁon_event": (
         GAP,
         "a Turn cancelled while its calls are queued or running, seen on the stream "
         "before any read; calls announced on the stream only (reads failing); terminal "
         "events whose Turn status differs from their type; else " + TURN,
     ),
-    "xǁServeTrackerǁ_cancel_turn": (
+    "xǁRunnerCoreǁ_cancel_turn": (
         GAP,
         "a Turn cancelled while one of its calls is queued or running and another Turn's "
         "call is running: the cancel must reach exactly that Turn's calls",
     ),
-    "xǁServeTrackerǁon_session_read": (
+    "xǁRunnerCoreǁon_session_read": (
         GAP,
         "a failed read followed by a quiet stream: only the retry after poll_interval "
         "moves the serve on; in the simulator something else always reads again",
     ),
-    "xǁServeTrackerǁ_server_failing": (
+    "xǁRunnerCoreǁ_server_failing": (
         GAP,
         "reads or POSTs failing with an HTTP error retrying cannot help (401, 403, 400) "
         "or with 5xx for longer than unreachable_timeout: the serve must end with that "
         "error, at once or then; no seed checks which error ends a serve, or when",
     ),
-    "xǁServeTrackerǁ_end_serves": (
+    "xǁRunnerCoreǁ_end_serves": (
         GAP,
         "no serve(until='forever') in the simulator: it must outlive an outage",
     ),
-    "xǁCallMachineǁ_on_lookup": (
+    "xǁRunnerCoreǁ_on_lookup": (
         GAP,
         TIMING + ": a found record ignored is claimed afresh, lost, and decided the same; "
         "a stale one taken for live waits for a later read",
     ),
-    "xǁCallMachineǁ_on_marked_in_doubt": (
+    "xǁRunnerCoreǁ_on_marked_in_doubt": (
         GAP,
         "a mark-in-doubt that loses to another worker (changed=False) is rare in these "
         "seeds; no check that a worker renews only leases of calls it runs",
     ),
-    "xǁCallMachineǁon_in_doubt_answer": (
+    "xǁRunnerCoreǁon_in_doubt_answer": (
         GAP,
         HOOK + "; no hook answers rerun, nor after its call was settled another way",
     ),
-    "xǁCallMachineǁ_decided": (GAP, HOOK),
-    "xǁCallMachineǁ_start_queued": (
+    "xǁRunnerCoreǁ_decided": (GAP, HOOK),
+    "xǁRunnerCoreǁ_start_queued": (
         GAP,
         _PER_NAME + "; and in these seeds no function outlives its timeout (seeds 0-99 "
         "have some: tests/sim/test_sim.py)",
     ),
-    "xǁCallMachineǁ_time_out": (
+    "xǁRunnerCoreǁ_time_out": (
         GAP,
         _PER_NAME + "; no check of who saved a timed-out call's failure",
     ),
-    "xǁCallMachineǁon_function_done": (
+    "xǁRunnerCoreǁon_function_done": (
         GAP,
         _PER_NAME + "; an outcome that arrives after the deadline, before the timekeeper "
         "looked, and a function that exits without a result, are rare in these seeds",
     ),
-    "xǁServeTrackerǁ_release_unrun": (
+    "xǁRunnerCoreǁ_release_unrun": (
         GAP,
         "a serve that ends holding claims (or store retries) of calls not started: no "
         "check that they are given back at once, or redecided when announced again",
     ),
-    "xǁCoreBaseǁ_give_back": (
+    "xǁRunnerCoreǁ_give_back": (
         GAP,
         "a claim given back is released later or lapses: no check that it is at once",
     ),
-    "xǁCallMachineǁ_save": (
+    "xǁRunnerCoreǁ_save": (
         GAP,
         "a save by a worker whose lapsed claim another worker took over: the store "
         "must refuse it; no seed has a worker save after losing its claim",
     ),
-    "xǁCallMachineǁ_take_batches": (
+    "xǁRunnerCoreǁ_take_batches": (
         GAP,
         TIMING + ": results still go out, in more or later POSTs (no check of batching)",
     ),
@@ -342,67 +881,59 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "x_started_record": (GAP, STAMPS),
     "x__first_doubt": (GAP, STAMPS),
     "x_keep_late_outcome": (GAP, STAMPS),
-    "xǁCallMachineǁ_lingering": (GAP, TIMING + ": results go out in more or later POSTs"),
-    "xǁCallMachineǁon_posted": (
+    "xǁRunnerCoreǁ_lingering": (GAP, TIMING + ": results go out in more or later POSTs"),
+    "xǁRunnerCoreǁon_posted": (
         GAP,
         TIMING + ": POSTs failing for longer than unreachable_timeout, and a batch of "
         "several refused for one bad result, are rare in these seeds",
     ),
-    "xǁCallMachineǁ_on_refused": (GAP, TIMING + ": retry delays and counts of refused POSTs"),
-    "xǁCallMachineǁ_rejected": (
+    "xǁRunnerCoreǁ_on_refused": (GAP, TIMING + ": retry delays and counts of refused POSTs"),
+    "xǁRunnerCoreǁ_rejected": (
         GAP,
         TURN + "; a Turn that waits on a refused result is mostly settled by the "
         "simulated person before any run_turn could return it as waiting",
     ),
-    "xǁHousekeepingǁ_queue_mark": (GAP, MARKS),
-    "xǁHousekeepingǁ_flush_marks": (GAP, MARKS),
-    "xǁHousekeepingǁ_on_marks_written": (GAP, MARKS),
-    "xǁHousekeepingǁ_on_renewed": (
+    "xǁRunnerCoreǁ_queue_mark": (GAP, MARKS),
+    "xǁRunnerCoreǁ_flush_marks": (GAP, MARKS),
+    "xǁRunnerCoreǁ_on_marks_written": (GAP, MARKS),
+    "xǁRunnerCoreǁ_on_renewed": (
         GAP,
         TIMING + ": when leases are renewed; a lost lease is only logged, and the lease "
         "invariant fires only for a function that outlives its lease",
     ),
-    "xǁCallMachineǁ_on_store_error": (
+    "xǁRunnerCoreǁ_on_store_error": (
         GAP,
         TIMING + ": when a store effect is retried after an outage (it is, later)",
     ),
-    "xǁCallMachineǁ_on_store_refused": (
+    "xǁRunnerCoreǁ_on_store_refused": (
         GAP,
         "a store that refuses a call's data for good (not an outage) is rare in these "
         "seeds; the text of the unsaved failure posted then is not checked",
     ),
-    "xǁHousekeepingǁ_store_failed": (GAP, TIMING + "; " + REPORT + " (store_errors)"),
-    "xǁHousekeepingǁ_store_ok": (GAP, TIMING + " (the store retry delay's growth)"),
+    "xǁRunnerCoreǁ_store_failed": (GAP, TIMING + "; " + REPORT + " (store_errors)"),
+    "xǁRunnerCoreǁ_store_ok": (GAP, TIMING + " (the store retry delay's growth)"),
     "xǁRunnerCoreǁtake_effects": (
         GAP,
         TIMING + ": when reads, marks and renewals go out; serves still end",
     ),
-    "xǁServeTrackerǁ_reads_due": (GAP, TIMING + ": when reads go out; serves still end"),
-    "xǁHousekeepingǁ_housekeeping_due": (
-        GAP,
-        TIMING + ": when marks and renewals go out; serves still end",
-    ),
     "xǁRunnerCoreǁnext_wakeup": (GAP, TIMING + ": the loop wakes later or sooner"),
-    "xǁCallMachineǁ_call_wakeups": (GAP, TIMING + ": the loop wakes later or sooner"),
-    "xǁServeTrackerǁ_read_wakeups": (GAP, TIMING + ": the loop wakes later or sooner"),
-    "xǁHousekeepingǁ_housekeeping_wakeups": (GAP, TIMING + ": the loop wakes later or sooner"),
-    "xǁServeTrackerǁ_next_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
-    "xǁCoreBaseǁ_want_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
-    "xǁCoreBaseǁ_enter": (GAP, TIMING),
-    "xǁCallMachineǁ_calls_due": (GAP, TIMING + "; " + MEMORY),
-    "xǁCoreBaseǁ_emit": (GAP, TIMING + ": a store effect waits for the store, or not"),
+    "xǁRunnerCoreǁ_next_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
+    "xǁRunnerCoreǁ_want_read": (GAP, TIMING + ": Sessions are read later, sooner or again"),
+    "xǁRunnerCoreǁ_enter": (GAP, TIMING),
+    "xǁRunnerCoreǁ_unwatch": (GAP, TIMING + "; " + MEMORY),
+    "xǁRunnerCoreǁ_emit": (GAP, TIMING + ": a store effect waits for the store, or not"),
     "xǁRunnerCoreǁtake_notes": (GAP, NOTES_),
-    "xǁCoreBaseǁ_done": (GAP, NOTES_ + "; " + MEMORY),
-    "xǁCoreBaseǁ_move": (GAP, MEMORY),
-    "xǁCoreBaseǁ_forget": (GAP, MEMORY),
-    "xǁCoreBaseǁ_view": (GAP, MEMORY),
-    "xǁCoreBaseǁ_count": (GAP, REPORT),
-    "xǁCoreBaseǁ_calls_of": (
+    "xǁRunnerCoreǁ_done": (GAP, NOTES_ + "; " + MEMORY),
+    "xǁRunnerCoreǁ_move": (GAP, MEMORY),
+    "xǁRunnerCoreǁ_forget": (GAP, MEMORY),
+    "xǁRunnerCoreǁ_view": (GAP, MEMORY),
+    "xǁRunnerCoreǁ_count": (GAP, REPORT),
+    "xǁRunnerCoreǁ_calls_of": (
         GAP,
         LIVENESS + ": its callers (giving back unrun claims, cancelling a Turn's "
         "functions) then find no calls",
     ),
-    "xǁCoreBaseǁ_report_key": (GAP, REPORT),
+    "xǁRunnerCoreǁ_report_key": (GAP, REPORT),
     "x_classify_refusal": (GAP, _ANY_REPORT),
     "x__worth_retrying": (GAP, _ANY_REPORT),
     "x__message": (GAP, _ANY_REPORT),
@@ -412,31 +943,32 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
         GAP,
         TIMING + ": a call the stream announces is found by the next read anyway",
     ),
-    "xǁServeTrackerǁ_unreachable": (
+    "xǁRunnerCoreǁ_unreachable": (
         GAP,
         TIMING + ": no check that a serve rides out a connection outage shorter than "
         "unreachable_timeout, or gives up right after it",
     ),
-    "xǁServeTrackerǁ_on_session": (GAP, TURN + "; " + MEMORY),
-    "xǁServeTrackerǁ_on_output": (GAP, MARKS),
-    "xǁCallMachineǁ_consider": (
+    "xǁRunnerCoreǁ_on_session": (GAP, TURN + "; " + MEMORY),
+    "xǁRunnerCoreǁ_on_output": (GAP, MARKS),
+    "xǁRunnerCoreǁ_consider": (
         GAP,
         TIMING + ": a call left to others or redecided takes a detour; also " + LIVENESS,
     ),
-    "xǁCallMachineǁ_claim_effect": (
+    "xǁRunnerCoreǁ_claim_effect": (
         GAP,
-        "no check of what a claim writes besides its state, owner and attempts",
+        "a claim's record is checked as it lands (state, attempt, owner, lease, times, "
+        "function name, arguments hash, key): what survives changes none of them",
     ),
-    "xǁCallMachineǁon_store_answer": (
+    "xǁRunnerCoreǁon_store_answer": (
         GAP,
         TIMING + ": a store answer misread costs another look-up or a later read",
     ),
-    "xǁCallMachineǁ_hold": (
+    "xǁRunnerCoreǁ_hold": (
         GAP,
         "a claim answered after its serve ended is run instead of given back, and lease "
         "renewals start late or never: no function outlives its lease in these seeds",
     ),
-    "xǁCallMachineǁ_decide_existing": (
+    "xǁRunnerCoreǁ_decide_existing": (
         GAP,
         TIMING + ": a record misread is re-examined by the store's own rules (which "
         "refuse a wrong mark or take-over) and decided again later; " + REPORT,
@@ -454,7 +986,7 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     "x_release": (GAP, SQL + "; a claim released after a person's rerun is rare here"),
     "x_settle_by_hand": (GAP, SQL + "; " + _RARE_BY_HAND),
     "x_answered_by_hand": (GAP, SQL),
-    "xǁServeTrackerǁ_settled": (
+    "xǁRunnerCoreǁ_settled": (
         GAP,
         "when a serve may return: the simulator checks that serves end, not that they "
         "end no earlier than the Session allows (e.g. recover returning mid-pass)",
@@ -465,52 +997,52 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
 UNREACHED_NOTES: dict[str, str] = {
     "xǁInDoubtDecisionǁrerun": "no on_in_doubt hook answers rerun()",
     "xǁInDoubtDecisionǁfail": "no on_in_doubt hook answers fail()",
-    "xǁServeTrackerǁstop": STOP,
-    "xǁServeTrackerǁ_cancel_turn": "no seed cancels a Turn while its call is queued or running",
-    "xǁServeTrackerǁ_report_action": (
+    "xǁRunnerCoreǁstop": STOP,
+    "xǁRunnerCoreǁ_cancel_turn": "no seed cancels a Turn while its call is queued or running",
+    "xǁRunnerCoreǁ_report_action": (
         "the simulated server asks only for function calls, never another action "
         "(an approval, an Environment) that the runner reports"
     ),
-    "xǁCallMachineǁ_leave_unknown": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
-    "xǁCallMachineǁ_consider": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
-    "xǁCallMachineǁ_on_lookup": UNKNOWN + "; and no record that vanishes before a re-check",
-    "xǁCallMachineǁ_hold": UNKNOWN + " (with unknown_functions='fail')",
-    "xǁCallMachineǁ_decided": (
+    "xǁRunnerCoreǁ_leave_unknown": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
+    "xǁRunnerCoreǁ_consider": UNKNOWN + "; and no call ids that cannot be sent as UTF-8",
+    "xǁRunnerCoreǁ_on_lookup": UNKNOWN + "; and no record that vanishes before a re-check",
+    "xǁRunnerCoreǁ_hold": UNKNOWN + " (with unknown_functions='fail')",
+    "xǁRunnerCoreǁ_decided": (
         "no on_in_doubt hook answers fail(error), or a result that cannot be sent"
     ),
-    "xǁCallMachineǁ_in_doubt": (
+    "xǁRunnerCoreǁ_in_doubt": (
         "no idempotent call is in doubt max_attempts times in these seeds (the "
         "attempt cap is reached only in longer histories)"
     ),
-    "xǁCallMachineǁ_decide_existing": (
+    "xǁRunnerCoreǁ_decide_existing": (
         "in these seeds no worker meets a call a person cleared to run again "
         "(calls resolve --rerun) before the policy answered it; " + UNKNOWN
     ),
-    "xǁServeTrackerǁ_unreachable": (
+    "xǁRunnerCoreǁ_unreachable": (
         "the simulated outages answer (502, web pages): none refuses connections "
         "(APIConnectionError) for longer than unreachable_timeout while a serve waits"
     ),
-    "xǁServeTrackerǁ_session_gone": "no Session is deleted (404) while a worker serves it",
-    "xǁServeTrackerǁon_stream_failed": "no Session is deleted (404) while a worker serves it",
-    "xǁServeTrackerǁon_session_read": (
+    "xǁRunnerCoreǁ_session_gone": "no Session is deleted (404) while a worker serves it",
+    "xǁRunnerCoreǁon_stream_failed": "no Session is deleted (404) while a worker serves it",
+    "xǁRunnerCoreǁon_session_read": (
         "no Session is deleted (404) while served; no read answers for a Turn that "
         "run_turn waits on after its end event was lost"
     ),
-    "xǁCallMachineǁon_store_answer": (
+    "xǁRunnerCoreǁon_store_answer": (
         "no store refuses to keep a late outcome, and no claim is won after its call was forgotten"
     ),
-    "xǁServeTrackerǁ_server_failing": (
+    "xǁRunnerCoreǁ_server_failing": (
         "no request fails with an error retrying cannot help (401, 403, 400) or one "
         "that is not an APIError"
     ),
-    "xǁServeTrackerǁ_on_session": (
+    "xǁRunnerCoreǁ_on_session": (
         "the simulated server asks only for function calls, never another action"
     ),
-    "xǁServeTrackerǁon_event": "no message Items are streamed to run_turn's serves in these seeds",
-    "xǁServeTrackerǁbusy": "busy() without a Session is only asked by close(), never here",
-    "xǁServeTrackerǁ_settled": "no recover() pass meets a call it has not settled yet",
-    "xǁServeTrackerǁ_refused_in_turn": "no run_turn waits on a Turn whose result was refused",
-    "xǁServeTrackerǁfinished": "no run_turn waits on a Turn whose result was refused",
+    "xǁRunnerCoreǁon_event": "no message Items are streamed to run_turn's serves in these seeds",
+    "xǁRunnerCoreǁbusy": "busy() without a Session is only asked by close(), never here",
+    "xǁRunnerCoreǁ_settled": "no recover() pass meets a call it has not settled yet",
+    "xǁRunnerCoreǁ_refused_in_turn": "no run_turn waits on a Turn whose result was refused",
+    "xǁRunnerCoreǁfinished": "no run_turn waits on a Turn whose result was refused",
     "x__sendable": "no call ids that cannot be sent as UTF-8",
     "x_decode_result": DAMAGED,
     "x_record_to_row": DAMAGED,
@@ -533,19 +1065,30 @@ def classify(
 ) -> tuple[str, str]:
     """(class, reason) of one surviving mutant."""
     short = name.rsplit(".", 1)[-1]
-    function = short.partition("__mutmut_")[0]
-    if short in MUTANT_NOTES:
-        return MUTANT_NOTES[short]
+    function = _method(short.partition("__mutmut_")[0])
+    if (function, before, after) in _BY_METHOD:
+        return _BY_METHOD[function, before, after]
     if line in _log_call_lines(file):
         return GAP, "inside a log call: the simulator turns logging off (a log-reading test's job)"
     if _only_text_changed(before, after):
         return GAP, "message text only: no test reads this wording (a unit test's job)"
     if not reached:
-        scenario = UNREACHED_NOTES.get(function, "no seed runs this line")
+        scenario = _UNREACHED_BY_METHOD.get(function, "no seed runs this line")
         return GAP, f"not reached: {scenario}"
-    if function in FUNCTION_NOTES:
-        return FUNCTION_NOTES[function]
+    if function in _FUNCTIONS_BY_METHOD:
+        return _FUNCTIONS_BY_METHOD[function]
     return GAP, "reached, yet no check of the simulator notices (not yet analysed)"
+
+
+def _method(function: str) -> str:
+    """A mutated function's name without its class (``xǁRunnerCoreǁ_done`` -> ``_done``):
+    notes written before the core was split into classes still find their methods."""
+    return function.rsplit("ǁ", 1)[-1]
+
+
+_BY_METHOD = {(_method(f), b, a): note for (f, b, a), note in MUTANT_NOTES.items()}
+_UNREACHED_BY_METHOD = {_method(f): note for f, note in UNREACHED_NOTES.items()}
+_FUNCTIONS_BY_METHOD = {_method(f): note for f, note in FUNCTION_NOTES.items()}
 
 
 def _only_text_changed(before: str, after: str) -> bool:
@@ -559,8 +1102,7 @@ def _only_text_changed(before: str, after: str) -> bool:
 
 @functools.cache
 def _log_call_lines(file: str) -> frozenset[int]:
-    """The lines of log calls in a source file: ``logger.<level>(...)``, and the core's
-    ``self._say(...)``, whose notes the observer logs."""
+    """The lines of ``logger.<level>(...)`` calls in a source file."""
     with open(file) as source:
         tree = ast.parse(source.read())
     lines: set[int] = set()
@@ -569,7 +1111,7 @@ def _log_call_lines(file: str) -> frozenset[int]:
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and isinstance(node.func.value, ast.Name)
-            and (node.func.value.id == "logger" or node.func.attr == "_say")
+            and node.func.value.id == "logger"
         ):
             lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
     return frozenset(lines)

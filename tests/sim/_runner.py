@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from openagentcore import APIConnectionError, APIError, APITimeoutError
 from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
+from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase, Serve
 from openagentcore.runner._driver import Driver
 from openagentcore.runner._effects import (
     ClaimCall,
     Lookup,
     MarkInDoubt,
+    Note,
     RunFunction,
     StoreAnswer,
     StoreEffect,
@@ -227,6 +229,8 @@ class SimRuntime:
         def finish() -> None:
             if not worker.alive:
                 return
+            if lane is Lane.FUNCTIONS:
+                self.runner.function_ends(work)
             self.lanes[lane].free += 1
             if error is None:
                 future.set_result(value)
@@ -291,8 +295,18 @@ class SimRunner(Driver):
         self.client = SimClient(self)  # type: ignore[assignment]
         self._rt = SimRuntime(worker, self)
         self._start_driver()
+        take_notes = self._core.take_notes
+
+        def noted() -> list[Note]:
+            notes = take_notes()
+            world.check_notes(self, notes)
+            return notes
+
+        self._core.take_notes = noted  # type: ignore[method-assign]
         #: The attempts whose function this worker started.
-        self._started: set[tuple[CallKey, int]] = set()
+        self.started: set[tuple[CallKey, int]] = set()
+        #: The context each call's function was last started with.
+        self.contexts: dict[CallKey, CallContext] = {}
         #: For each call whose function the loop handed to a thread, the newest server
         #: state of its Session the pump had seen then.
         self.known_at_dispatch: dict[CallKey, float] = {}
@@ -305,8 +319,10 @@ class SimRunner(Driver):
         def effect(order: str) -> str:
             call = current_call()
             key = CallKey(call.session_id, call.turn_id, call.call_id)
-            self._started.add((key, call.attempt))
+            self.started.add((key, call.attempt))
+            self.contexts[key] = call
             world.function_started(self, key, call.attempt)
+            world.check_context(self, call, name, order)
             world.runs[key] += 1
             return f"{name}d {order}"
 
@@ -335,11 +351,28 @@ class SimRunner(Driver):
         server = self.world.server
         self.known_at_dispatch[effect.key] = server.knows_since(self, effect.key.session_id)
 
+    def function_ends(self, work: Callable[[], Any]) -> None:
+        """A function's thread is done with it. If its Turn's cancel reached the loop
+        while it ran, the function was told: ``ctx.cancelled`` is set."""
+        effect = work.args[0]  # type: ignore[attr-defined]
+        key, world = effect.key, self.world
+        ctx = self.contexts.get(key)
+        turn = world.server.sessions[key.session_id].turn(key.turn_id)
+        assert turn is not None
+        if ctx is None or ctx.attempt != effect.attempt or turn.cancelled_at is None:
+            return
+        known = world.server.knows_since(self, key.session_id)
+        if known >= turn.cancelled_at and not ctx.cancelled.is_set() and world.broken is None:
+            world.broken = Violation(
+                f"seed {world.seed}: {self._core.owner} knew {turn.id} cancelled while "
+                f"{key.call_id} ran, and its function was never told (ctx.cancelled)"
+            )
+
     def _detach(self, serve: Serve) -> None:
         """The library's own, observed: the world reads every serve's report."""
         super()._detach(serve)
         if self.worker.alive:
-            self.world.reports.append(serve.report)
+            self.world.reports.append((self.worker.generation, serve.report))
 
     def seen(self, messages: list[Message]) -> None:
         """The pump drained ``messages``: what they show of the server is known now."""
@@ -372,7 +405,11 @@ class SimRunner(Driver):
         if world.chance(world.faults.store_down):
             world.store_trouble(self)
             return StoreAnswer(effect, error=StoreUnavailableError("simulated outage"))
-        answer = perform_store(effect, world.store)
+        world.store.caller = self
+        try:
+            answer = perform_store(effect, world.store)
+        finally:
+            world.store.caller = None
         if answer.error is None and world.chance(world.faults.commit_then_error):
             world.store_trouble(self)
             return StoreAnswer(effect, error=StoreUnavailableError("commit, then lost"))
@@ -386,7 +423,7 @@ class SimRunner(Driver):
             record is not None
             and record.state is CallState.STARTED
             and record.owner == self._core.owner
-            and (effect.key, record.attempts) not in self._started
+            and (effect.key, record.attempts) not in self.started
         ):
             raise Violation(
                 f"seed {self.world.seed}: {self._core.owner} marks its own claim of "
@@ -411,6 +448,7 @@ class SimRunner(Driver):
         def arrive() -> None:
             value: Any = None
             error: APIError | None = None
+            world.server.requester = self
             try:
                 world.server.requested(self)
                 if not write and world.chance(faults.read_error):
@@ -420,6 +458,8 @@ class SimRunner(Driver):
                     error = APIConnectionError(request=REQUEST)  # applied, answer lost
             except APIError as exc:
                 error = exc
+            finally:
+                world.server.requester = None
             world.at(
                 world.now + back,
                 lambda: answer.set_result(value) if error is None else answer.set_exception(error),

@@ -26,6 +26,7 @@ from openagentcore import (
     ConflictError,
     InternalServerError,
 )
+from openagentcore._errors import status_error as client_status_error
 from openagentcore.runner._effects import SessionOutcome
 from openagentcore.runner._pump import Message, Received
 from openagentcore.store import CallKey
@@ -157,10 +158,25 @@ class Server:
         self._made_at: dict[int, tuple[object, float]] = {}
         #: For each runner and Session, the latest server state its pump has seen.
         self.known: dict[tuple[int, str], float] = {}
+        #: Every call a Turn asked for.
+        self.calls: dict[CallKey, ServerCall] = {}
+        #: The runner whose request is being handled (None: the operator's).
+        self.requester: SimRunner | None = None
+        #: How the server refused a POST of each call's result: ``unknown`` (400, not
+        #: pending), ``different`` (409, it holds another), ``cancelled`` (409, its Turn
+        #: takes no result) or ``reused`` (409, the batch's key came with another body).
+        self.refused: dict[CallKey, set[str]] = {}
+        #: Results accepted from each worker's POSTs: per (generation, Session), how
+        #: many; per generation, of which calls.
+        self.accepted_from: dict[tuple[int, str], int] = {}
+        self.accepted_keys: dict[int, set[CallKey]] = {}
         #: Requests each worker sent while the server failed every one, by second.
         self.failing_requests: dict[tuple[int, int], int] = {}
 
     # -- Turns ------------------------------------------------------------------------
+
+    def call(self, key: CallKey) -> ServerCall | None:
+        return self.calls.get(key)
 
     def add_session(self, session_id: str) -> ServerSession:
         session = self.sessions[session_id] = ServerSession(session_id)
@@ -222,6 +238,7 @@ class Server:
                 world.unstorable.add(key)
             turn.pending[key.call_id] = call
             session.announced.append(call)
+            self.calls[key] = call
             item = _partial(
                 FunctionCallItem,
                 type="function_call",
@@ -377,7 +394,11 @@ class Server:
         if world.chance(world.faults.post_5xx):
             raise status_error(InternalServerError, 503, "execution_unavailable", "Try again.")
         if world.chance(world.faults.post_redirect):
-            raise status_error(APIStatusError, 307, None, "Temporary redirect")
+            # As the client raises a redirect (it never follows one): RedirectError.
+            response = httpx.Response(
+                307, request=REQUEST, headers={"location": "http://elsewhere.invalid/v1/"}
+            )
+            raise client_status_error(response, None)
         if world.chance(world.faults.post_pending_409):
             raise status_error(
                 ConflictError,
@@ -425,9 +446,21 @@ class Server:
         """The result table of execution-tools.md, atomically per batch."""
         world = self.world
         body = json.dumps(events, sort_keys=True)
+        keys = [CallKey(session.id, event["turn_id"], event["call_id"]) for event in events]
+        runner = self.requester
+        if runner is not None and len(events) == 1 and keys[0] not in world.unstorable:
+            stored = world.store.get(keys[0])
+            if stored is not None and idempotency_key != stored.idempotency_key:
+                raise Violation(
+                    f"seed {world.seed}: the result of {keys[0].call_id} was posted with a "
+                    "key other than the one stored with it"
+                )
         if idempotency_key in session.idempotency:
             if session.idempotency[idempotency_key] != body:
+                for key in keys:
+                    self.refused.setdefault(key, set()).add("reused")
                 raise status_error(ConflictError, 409, "idempotency_conflict", "Key reused.")
+            self._accepted(runner, session, keys)
             return
         for event in events:
             call_id = event["call_id"]
@@ -444,6 +477,7 @@ class Server:
                     )
             if call_id in session.results:
                 if session.results[call_id] != event:
+                    self.refused.setdefault(key, set()).add("different")
                     raise status_error(
                         ConflictError,
                         409,
@@ -454,6 +488,7 @@ class Server:
             turn = session.turn(event["turn_id"])
             pending = turn.pending.get(call_id) if turn is not None else None
             if pending is None and turn is not None and turn.status == "cancelled":
+                self.refused.setdefault(key, set()).add("cancelled")
                 raise status_error(
                     ConflictError,
                     409,
@@ -461,6 +496,7 @@ class Server:
                     "The Turn cannot accept this input in its current state.",
                 )
             if pending is None or pending.accept_at > world.now:
+                self.refused.setdefault(key, set()).add("unknown")
                 raise status_error(
                     BadRequestError, 400, "invalid_request_error", "Unknown pending tool call."
                 )
@@ -488,6 +524,18 @@ class Server:
                 turn.status = "in_progress"
                 world.later(0.0, 0.05, functools.partial(self._next_step, session, turn))
         self._changed(session)
+        self._accepted(runner, session, keys)
+
+    def _accepted(
+        self, runner: SimRunner | None, session: ServerSession, keys: list[CallKey]
+    ) -> None:
+        """A POST of results from ``runner`` succeeded (its answer may yet be lost)."""
+        if runner is None:
+            return
+        generation = runner.worker.generation
+        where = (generation, session.id)
+        self.accepted_from[where] = self.accepted_from.get(where, 0) + len(keys)
+        self.accepted_keys.setdefault(generation, set()).update(keys)
 
     # -- the live stream ----------------------------------------------------------------
 

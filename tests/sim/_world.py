@@ -28,19 +28,27 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from openagentcore import APIError, resolve_call
+from openagentcore import (
+    APIConnectionError,
+    APIError,
+    APIResponseValidationError,
+    InternalServerError,
+    resolve_call,
+)
 from openagentcore.runner import RunnerError, ServeReport, ServeTimeout
+from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase
+from openagentcore.runner._effects import CallSettled, CallStarted, LogNote, Note
 from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
 from openagentcore.store import (
     CallKey,
     CallRecord,
     CallState,
     InvalidTransitionError,
-    MemoryResultStore,
 )
 from openagentcore.store._records import MANUAL_RERUN
 
+from ._audit import AuditedStore, produced
 from ._runner import (
     CHECKED_BY_THE_APPLICATION,
     LEASE_SECONDS,
@@ -73,6 +81,23 @@ LEASE_CHECK_EVERY = 0.05
 #: What the operator's results say: no function produces them.
 BY_HAND_OUTPUT = "settled by hand"
 BY_HAND_ERROR = "refused by hand"
+#: Every outcome a ``CallSettled`` note may name.
+_OUTCOMES = frozenset(
+    {
+        "submitted",
+        "applied",
+        "duplicate",
+        "rejected",
+        "conflict",
+        "abandoned",
+        "in_doubt",
+        "left_pending",
+        "in_doubt_elsewhere",
+        "released",
+        "session_gone",
+        "abandoned_by_serve",
+    }
+)
 #: What the operator passes to ``resolve_call`` for each kind of decision.
 _BY_HAND: dict[str, dict[str, Any]] = {
     "output": {"output": BY_HAND_OUTPUT},
@@ -183,7 +208,12 @@ class World:
         self.now = 0.0
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
-        self.store = MemoryResultStore(clock=self.store_now)
+        self.store = AuditedStore(self)
+        #: The call each stored idempotency key was claimed for (no two calls share one).
+        self.idempotency_keys: dict[str, CallKey] = {}
+        #: The idempotency key functions were given for each call, and the reverse.
+        self.context_keys: dict[CallKey, str] = {}
+        self.context_key_owners: dict[str, CallKey] = {}
         self.mutate = mutate
         self.server = Server(self)
         #: Calls the store refuses to record (their ids cannot be stored).
@@ -192,7 +222,8 @@ class World:
         self.runs: Counter[CallKey] = Counter()
         #: Workers killed so far.
         self.crashes = 0
-        self.reports: list[ServeReport] = []
+        #: Every serve's report, with the generation of the worker it served on.
+        self.reports: list[tuple[int, ServeReport]] = []
         self.chaos = True
         self.generation = itertools.count(1)
         self.workers: list[SimWorker] = []
@@ -293,7 +324,9 @@ class World:
         """The lease of a call whose function runs (or whose result is being saved) on a
         live worker whose store works never lapses: the loop renews it in time, whatever
         else (hooks, functions) keeps its threads busy. A claim acknowledged late may
-        have lapsed, but its function does not start until a renewal confirms it."""
+        have lapsed, but its function does not start until a renewal confirms it. The
+        call is judged by the store's record and its attempt, not only by the core's own
+        ``lease_held`` flag: a core that forgot it holds a lease must not escape."""
         if not self.chaos:
             return
         now = self.store_now()
@@ -310,7 +343,7 @@ class World:
                     and expires is not None
                     and expires < now
                     and call is not None
-                    and call.lease_held
+                    and (call.lease_held or call.attempts == record.attempts)
                     and call.phase in (Phase.RUNNING, Phase.SAVING)
                     and troubled < self.now - LEASE_SECONDS * 1.5
                 ):
@@ -319,6 +352,15 @@ class World:
                         f"store worked, yet its lease lapsed {now - expires:.2f} s ago"
                     )
         self.at(self.now + LEASE_CHECK_EVERY, self._check_leases)
+
+    def started_attempts(self, key: CallKey) -> set[int]:
+        """The attempts of ``key`` whose function some worker started."""
+        return {
+            attempt
+            for worker in self.workers
+            for started, attempt in worker.runner.started
+            if started == key
+        }
 
     def function_started(self, runner: SimRunner, key: CallKey, attempt: int) -> None:
         """A function starts only under a claim the store holds for its worker, for that
@@ -355,6 +397,77 @@ class World:
                 f"seed {self.seed}: {owner} started {key.call_id} although the cancel of "
                 f"{turn.id} ({turn.cancelled_at:.3f}) had reached its loop ({known:.3f})"
             )
+
+    def check_context(self, runner: SimRunner, ctx: CallContext, name: str, order: str) -> None:
+        """A function runs as the call asked: its own function, with the call's
+        arguments, its identity in ``current_call()``, an idempotency key of its own (the
+        same on every attempt and worker) and a deadline of its timeout."""
+        key = CallKey(ctx.session_id, ctx.turn_id, ctx.call_id)
+        call = self.server.call(key)
+        assert call is not None
+        problems = []
+        if name != call.name or ctx.function_name != call.name:
+            problems.append(f"{name} ran as {ctx.function_name} for a call of {call.name}")
+        if f"{name}d {order}" != produced(call.name, call.arguments):
+            problems.append(f"ran with {order!r}, not the arguments {call.arguments}")
+        first = self.context_keys.setdefault(key, ctx.idempotency_key)
+        owner = self.context_key_owners.setdefault(ctx.idempotency_key, key)
+        if first != ctx.idempotency_key or owner != key or not 0 < len(first) <= 128:
+            problems.append(f"its idempotency key {ctx.idempotency_key!r} is not its own")
+        left = None if ctx.deadline is None else ctx.deadline - runner.worker.clock()
+        if (left is None) != (self.timeout is None) or (
+            left is not None and self.timeout is not None and not 0 < left <= self.timeout
+        ):
+            problems.append(f"its deadline is {left} s away with a timeout of {self.timeout}")
+        if problems and self.broken is None:
+            self.broken = Violation(f"seed {self.seed}: {key.call_id}: " + "; ".join(problems))
+
+    def check_notes(self, runner: SimRunner, notes: list[Note]) -> None:
+        """The notes a round leaves for logs, traces and metrics say what happened: a
+        call started under this worker's claim of that attempt; a call settled as
+        submitted or applied has its saved result on the server; one settled as
+        rejected, in conflict or abandoned was refused so (or its Turn cancelled)."""
+        owner, server = runner._core.owner, self.server
+        for note in notes:
+            if isinstance(note, LogNote):
+                continue  # what the observer logs; the log's wording is a unit test's job
+            key = note.key
+            call = server.call(key)
+            record = self.store.get(key)
+            refused = server.refused.get(key, set())
+            held = server.sessions[key.session_id].results.get(key.call_id)
+            turn = server.sessions[key.session_id].turn(key.turn_id)
+            # A call whose ids the store cannot hold has its failure posted unsaved.
+            unsaved = _Unsaved(held if key in self.unstorable else None)
+            wrong = call is None or note.function_name != call.name
+            if isinstance(note, CallStarted):
+                wrong = wrong or (
+                    record is None
+                    or (record.state, record.owner, record.attempts)
+                    != (CallState.STARTED, owner, note.attempt)
+                )
+            elif isinstance(note, CallSettled):
+                outcome = note.outcome
+                wrong = (
+                    wrong
+                    or outcome not in _OUTCOMES
+                    or (
+                        outcome in ("submitted", "applied")
+                        and (held is None or held != (record or unsaved).result)
+                    )
+                    or (outcome == "rejected" and "unknown" not in refused)
+                    or (outcome == "conflict" and not refused & {"different", "reused"})
+                    or (
+                        outcome == "abandoned"
+                        and "cancelled" not in refused
+                        and (turn is None or turn.status != "cancelled")
+                    )
+                )
+            if wrong and self.broken is None:
+                self.broken = Violation(
+                    f"seed {self.seed}: {owner} noted {note}, but the store holds {record} and "
+                    f"the server {'holds' if held else 'has no'} result ({sorted(refused)})"
+                )
 
     def deadline_less_serve(self, worker: SimWorker, began: float) -> None:
         """A serve with no deadline began: against a server that fails every request,
@@ -446,7 +559,9 @@ class World:
                     f"{FAILING_SERVER_RATE})"
                 )
         reported: set[CallKey] = set()
-        for report in self.reports:
+        self._check_reports()
+        self._check_marks()
+        for _, report in self.reports:
             reported.update(report.rejected, report.conflicts, report.in_doubt, report.abandoned)
         for session in self.server.sessions.values():
             for call in session.announced:
@@ -493,6 +608,11 @@ class World:
                 if accepted["success"] and accepted.get("output", "").startswith(call.name):
                     if runs < 1:
                         raise Violation(f"seed {self.seed}: {call_id} succeeded without running")
+                    if accepted["output"] != produced(call.name, call.arguments):
+                        raise Violation(
+                            f"seed {self.seed}: {call_id} was answered {accepted['output']!r}, "
+                            "which its function did not return"
+                        )
                 elif (
                     not accepted["success"]
                     and accepted["error"] == IN_DOUBT_ERROR
@@ -503,6 +623,90 @@ class World:
                         f"seed {self.seed}: idempotent {call_id} failed in doubt after "
                         f"{record.attempts} attempts"
                     )
+
+    def _check_reports(self) -> None:
+        """What each ``ServeReport`` says happened, happened: a call is reported refused,
+        in conflict or abandoned only if the server said so (or its Turn was
+        cancelled), in doubt only if its record was; counts stay within what its worker
+        did; and the fault-free worker reports no fault."""
+        server, final = self.server, self.workers[-1].generation
+        for generation, report in self.reports:
+            where = f"seed {self.seed}: sim-{generation}'s report on {report.session_id}"
+            for key in report.rejected:
+                if "unknown" not in server.refused.get(key, ()):
+                    raise Violation(f"{where} lists {key.call_id} rejected; it was never refused")
+            for key in report.conflicts:
+                if not server.refused.get(key, set()) & {"different", "reused"}:
+                    raise Violation(
+                        f"{where} lists {key.call_id} in conflict; the server never held another"
+                    )
+            for key in report.abandoned:
+                turn = server.sessions[key.session_id].turn(key.turn_id)
+                assert turn is not None
+                if turn.status != "cancelled" and "cancelled" not in server.refused.get(key, ()):
+                    raise Violation(f"{where} lists {key.call_id} abandoned; its Turn takes it")
+            for key in report.in_doubt:
+                record = self.store.get(key)
+                if record is None or record.in_doubt_at is None:
+                    raise Violation(f"{where} lists {key.call_id} in doubt; its record never was")
+            if report.left_pending:
+                raise Violation(f"{where} left {report.left_pending} pending; it serves them all")
+            runs = sum(
+                1
+                for worker in self.workers
+                if worker.generation == generation
+                for key, _ in worker.runner.started
+                if key.session_id == report.session_id
+            )
+            submitted = server.accepted_from.get((generation, report.session_id), 0)
+            counts = (
+                report.calls_run,
+                report.function_errors,
+                report.results_submitted,
+                report.results_resubmitted,
+                report.duplicates_skipped,
+                report.reconnects,
+                report.store_errors,
+            )
+            if (
+                min(counts) < 0
+                or report.calls_run > runs
+                or report.function_errors > report.calls_run
+                or report.results_submitted > submitted
+            ):
+                raise Violation(
+                    f"{where} counts {counts}; its worker ran {runs} functions of that Session "
+                    f"and the server accepted {submitted} of its results"
+                )
+            if generation == final and (report.reconnects or report.store_errors):
+                raise Violation(f"{where} counts faults after every fault ended: {counts}")
+
+    def _check_marks(self) -> None:
+        """A record's state tells the truth: ``submitted`` and ``applied`` results are
+        the ones the server holds, ``rejected`` ones were refused, ``abandoned`` ones the
+        server does not hold; and the fault-free worker leaves every result it posted
+        marked (its serves return after writing their marks; ``applied`` only if it saw
+        the output Item before its serve ended)."""
+        server, final = self.server, self.workers[-1].generation
+        for record in self.store.find():
+            key, state = record.key, record.state
+            held = server.sessions[key.session_id].results.get(key.call_id)
+            where = f"seed {self.seed}: {key.call_id} is {state.value}"
+            if state in (CallState.SUBMITTED, CallState.APPLIED) and held != record.result:
+                raise Violation(f"{where}, but the server holds {held}")
+            if state is CallState.REJECTED and "unknown" not in server.refused.get(key, ()):
+                raise Violation(f"{where}, but the server never refused its result")
+            if (
+                state is CallState.ABANDONED
+                and not (record.settled_by or "").startswith("manual:")
+                and held == record.result
+            ):
+                raise Violation(f"{where}, but the server took its result")
+            if key in server.accepted_keys.get(final, ()) and state not in (
+                CallState.SUBMITTED,
+                CallState.APPLIED,
+            ):
+                raise Violation(f"{where}, although the fault-free worker posted its result")
 
     def _check_decision(self, record: CallRecord, decision: Decision) -> None:
         """A person's decision stands: a result by hand is the saved one, and a rerun is
@@ -552,6 +756,11 @@ class World:
                 f"seed {self.seed}: {call.key.call_id} (timeout {self.timeout}, {runs} runs) "
                 f"kept a late outcome its function did not produce: {late}"
             )
+
+
+@dataclass(frozen=True)
+class _Unsaved:
+    result: dict[str, Any] | None
 
 
 class _OperatorClient:
@@ -640,7 +849,9 @@ class SimWorker:
         if self.alive:
             self.alive = False
             self.world.crashes += 1
-            self.world.reports.extend(serve.report for serve in self.runner._core.serves.values())
+            self.world.reports.extend(
+                (self.generation, serve.report) for serve in self.runner._core.serves.values()
+            )
             for task in self.tasks:
                 task.end()
             for task in self.tasks:
@@ -676,13 +887,32 @@ class SimWorker:
                     await runner.serve(session_id, until="forever")
                 else:
                     await runner.serve(session_id, until="idle", timeout=timeout)
-            except (RunnerError, ServeTimeout, APIError):
+            except (RunnerError, APIError) as error:
+                self._gave_up_in_time(began, error)
+            except ServeTimeout:
                 pass
             finally:
                 self.deadline_less.discard(began)
             if timeout is not None:
                 self._returned_in_time(began, timeout, f"serving {session_id}")
             await self.sleep(0.05, 0.5)
+
+    def _gave_up_in_time(self, began: float, error: Exception) -> None:
+        """A serve gives up on a server that fails every request only once it failed
+        for ``unreachable_timeout`` (docs/operations.md), never sooner."""
+        cause = error.__cause__ if isinstance(error, RunnerError) else error
+        failing = (InternalServerError, APIResponseValidationError, APIConnectionError)
+        if not isinstance(cause, failing):
+            return  # a redirect ends a serve at once, as it should
+        world = self.world
+        # The runner counts from the first failure it saw, on this serve or before it.
+        since = began if world.outage is None else min(began, world.outage[0])
+        served = (world.now - since) * self.rate
+        if served < UNREACHABLE_TIMEOUT:
+            raise Violation(
+                f"seed {world.seed}: a serve gave up on the server after {served:.2f} s "
+                f"(unreachable_timeout {UNREACHABLE_TIMEOUT:g} s): {error!r}"
+            )
 
     def _stop_serving(self) -> None:
         if self.alive:
@@ -721,12 +951,29 @@ class SimWorker:
 
     async def _settle(self, session_id: str) -> None:
         try:
-            await self.runner.serve(session_id, until="idle", timeout=FINAL_TIMEOUT)
+            report = await self.runner.serve(session_id, until="idle", timeout=FINAL_TIMEOUT)
         except ServeTimeout:
             raise Violation(
                 f"seed {self.world.seed}: the final serve of {session_id} did not settle "
                 f"within {FINAL_TIMEOUT:g} s"
             ) from None
+        if session_id in self.world.served:
+            self._settled_when_idle(session_id, report)
+
+    def _settled_when_idle(self, session_id: str, report: ServeReport) -> None:
+        """``serve(until="idle")`` returns once the Session is idle, or waits only on
+        results the server refused (a person must answer them), and its report says
+        the status it returned on. (A served Session takes no new input, so nothing
+        changes it after its serve returns.)"""
+        session = self.world.server.sessions[session_id]
+        turn = session.active
+        waiting = set() if turn is None else {call.key for call in turn.pending.values()}
+        if waiting - set(report.rejected) or report.final_status != session.status:
+            raise Violation(
+                f"seed {self.world.seed}: the final serve of {session_id} returned "
+                f"{report.final_status!r} while the Session is {session.status} and waits "
+                f"on {sorted(key.call_id for key in waiting)}"
+            )
 
     async def _final_turns(self, session_id: str) -> None:
         server = self.world.server

@@ -13,11 +13,17 @@ import pytest
 
 from openagentcore import APIConnectionError
 from openagentcore.runner._core import Call, Serve
-from openagentcore.runner._effects import AskInDoubt, SessionOutcome
+from openagentcore.runner._effects import (
+    AskInDoubt,
+    CancelFunction,
+    Outcome,
+    RunFunction,
+    SessionOutcome,
+)
 from openagentcore.runner._pump import Reconnect, reconnectable
 from openagentcore.runner._pump import ask_in_doubt as ask_in_doubt_hook
 from openagentcore.runner._runtime import Lane
-from openagentcore.store import CallKey, CallRecord
+from openagentcore.store import CallKey, CallRecord, CallState, _rules
 
 from ._runner import SimRunner
 from ._soak import checked, default_jobs
@@ -249,7 +255,7 @@ def test_a_pump_that_fails_during_chaos_breaks_the_history() -> None:
     assert histories_with_the_bug >= 5
 
 
-def _violation(seed: int, mutate: Callable[[SimRunner], None]) -> str | None:
+def _violation(seed: int, mutate: Callable[[SimRunner], None] | None) -> str | None:
     try:
         run_seed(seed, mutate=mutate)
     except Violation as violation:
@@ -294,3 +300,196 @@ def test_functions_finish_after_their_timeout_in_some_histories() -> None:
     assert len(kept) >= 10
     assert any(late["success"] is True for late in kept)
     assert any(late["success"] is False for late in kept)  # ended without a result
+
+
+# -- controls for the checks of what the runner records and reports -----------------------
+#
+# Each is a bug the simulator could not see before it watched the store's every change,
+# the reports and the records' states (scripts/mutation.py found them surviving), and
+# each must now break a history within a few seeds.
+
+
+def _in_doubt_hook_ignored(runner: SimRunner) -> None:
+    """The in-doubt policy forgets the application's ``on_in_doubt`` hook: a call it
+    would have answered (say, after checking the payment went through) is failed."""
+    runner._core.in_doubt_hook = False
+
+
+def _abandoned_reported_rejected(runner: SimRunner) -> None:
+    """A call whose Turn took no result any more is reported as refused, which sends a
+    person to answer a call nobody waits on."""
+    core = runner._core
+    report_key = core._report_key
+
+    def mislabelled(session_id: str, name: str, key: CallKey) -> None:
+        report_key(session_id, "rejected" if name == "abandoned" else name, key)
+
+    core._report_key = mislabelled  # type: ignore[method-assign]
+
+
+def _abandoned_marked_submitted(runner: SimRunner) -> None:
+    """A result the Turn no longer takes is marked ``submitted``: ``calls show`` says
+    the server has it."""
+    core = runner._core
+    queue_mark = core._queue_mark
+
+    def mislabelled(key: CallKey, to: CallState, now: float) -> None:
+        queue_mark(key, CallState.SUBMITTED if to is CallState.ABANDONED else to, now)
+
+    core._queue_mark = mislabelled  # type: ignore[method-assign]
+
+
+def _progress_marks_dropped(runner: SimRunner) -> None:
+    """``submitted`` and ``applied`` are never written: records of results the server
+    took stay ``completed``, even on a worker that met no fault."""
+    core = runner._core
+    queue_mark = core._queue_mark
+
+    def forgetful(key: CallKey, to: CallState, now: float) -> None:
+        if to not in (CallState.SUBMITTED, CallState.APPLIED):
+            queue_mark(key, to, now)
+
+    core._queue_mark = forgetful  # type: ignore[method-assign]
+
+
+def _functions_run_without_their_deadline(runner: SimRunner) -> None:
+    """Functions are not told their ``timeout``: ``ctx.deadline`` is ``None``."""
+    core = runner._core
+    take_effects = core.take_effects
+
+    def without_deadlines(now: float) -> list[Any]:
+        return [
+            dataclasses.replace(effect, deadline=None)
+            if isinstance(effect, RunFunction)
+            else effect
+            for effect in take_effects(now)
+        ]
+
+    core.take_effects = without_deadlines  # type: ignore[method-assign]
+
+
+def _marks_move_backwards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store takes every progress mark as asked: a slower worker's ``submitted``
+    moves an ``applied`` call back (the store's refusal is what the runner relies on)."""
+    mark = _rules.mark
+
+    def obedient(record: CallRecord, state: CallState, *, now: float) -> Any:
+        moved = record.state is not state
+        if moved and record.has_result() and state is CallState.SUBMITTED:
+            return dataclasses.replace(record, state=state, updated_at=now)
+        return mark(record, state, now=now)
+
+    monkeypatch.setattr(_rules, "mark", obedient)
+
+
+def _in_doubt_marks_forget_when(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store stamps ``in_doubt_at`` anew each time a call is found in doubt, so
+    ``calls show`` no longer says when its doubt began."""
+    mark_in_doubt = _rules.mark_in_doubt
+
+    def restamping(record: CallRecord, **kwargs: Any) -> Any:
+        marked = mark_in_doubt(record, **kwargs)
+        if marked is None:
+            return None
+        return dataclasses.replace(marked, in_doubt_at=kwargs["now"])
+
+    monkeypatch.setattr(_rules, "mark_in_doubt", restamping)
+
+
+def _functions_never_told_of_cancels(runner: SimRunner) -> None:
+    """A cancelled Turn's running functions are not asked to stop: ``ctx.cancelled``
+    stays unset, so a long function carries on with effects nobody waits for."""
+    core = runner._core
+    take_effects = core.take_effects
+
+    def without_cancels(now: float) -> list[Any]:
+        return [effect for effect in take_effects(now) if not isinstance(effect, CancelFunction)]
+
+    core.take_effects = without_cancels  # type: ignore[method-assign]
+
+
+def _abandoned_noted_applied(runner: SimRunner) -> None:
+    """A call whose Turn took no result is noted ``applied``: logs, traces and metrics
+    count a result the model never got."""
+    core = runner._core
+    done = core._done
+
+    def mislabelled(call: Call, outcome: Outcome) -> None:
+        done(call, Outcome.APPLIED if outcome is Outcome.ABANDONED else outcome)
+
+    core._done = mislabelled  # type: ignore[method-assign]
+
+
+def _gives_up_at_the_first_failure(runner: SimRunner) -> None:
+    """A serve gives up on a failing server at once, not after ``unreachable_timeout``."""
+    runner._core.unreachable_timeout = 0.01
+
+
+def _idle_serves_return_after_one_read(runner: SimRunner) -> None:
+    """``serve(until="idle")`` returns after its first read, whatever the Session waits on."""
+    core = runner._core
+    settled = core._settled
+
+    def hasty(serve: Serve) -> bool:
+        return serve.read_once if serve.until == "idle" else settled(serve)
+
+    core._settled = hasty  # type: ignore[method-assign]
+
+
+def _held_leases_forgotten(runner: SimRunner) -> None:
+    """The core forgets that it holds the lease of a call it claimed, so it never renews
+    it: a function that runs longer than a lease loses its claim while it runs."""
+    core = runner._core
+    hold = core._hold
+
+    def forgetful(call: Call, record: CallRecord, now: float, *, won: bool) -> None:
+        hold(call, record, now, won=won)
+        call.lease_held = False
+
+    core._hold = forgetful  # type: ignore[method-assign]
+
+
+def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
+    for seed in seeds:
+        broken = _violation(seed, mutate)
+        gc.collect()
+        if broken is not None:
+            return seed, broken
+    return -1, ""
+
+
+@pytest.mark.parametrize(
+    ("mutation", "found"),
+    [
+        (_in_doubt_hook_ignored, "in-doubt policy"),
+        (_abandoned_reported_rejected, "rejected; it was never refused"),
+        (_abandoned_marked_submitted, "is submitted, but the server holds"),
+        (_progress_marks_dropped, "although the fault-free worker posted its result"),
+        (_functions_run_without_their_deadline, "its deadline is None s away"),
+        (_functions_never_told_of_cancels, "its function was never told (ctx.cancelled)"),
+        (_abandoned_noted_applied, "outcome=<Outcome.APPLIED: 'applied'>), but the store holds"),
+        (_gives_up_at_the_first_failure, "a serve gave up on the server after"),
+        (_idle_serves_return_after_one_read, "while the Session is"),
+        (_held_leases_forgotten, "yet its lease lapsed"),
+    ],
+)
+def test_the_record_and_report_checks_find_a_runner_bug(
+    mutation: Callable[[SimRunner], None], found: str
+) -> None:
+    seed, broken = _first_found(mutation, range(300))
+    assert found in broken, f"{mutation.__name__}: first violation (seed {seed}): {broken!r}"
+
+
+@pytest.mark.parametrize(
+    ("bug", "found"),
+    [
+        (_marks_move_backwards, "a settled call (applied) changed"),
+        (_in_doubt_marks_forget_when, "in_doubt_at changed"),
+    ],
+)
+def test_the_store_audit_finds_a_store_bug(
+    monkeypatch: pytest.MonkeyPatch, bug: Callable[[pytest.MonkeyPatch], None], found: str
+) -> None:
+    bug(monkeypatch)
+    seed, broken = _first_found(None, range(300))
+    assert found in broken, f"{bug.__name__}: first violation (seed {seed}): {broken!r}"
