@@ -141,7 +141,35 @@ def run_fleet(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+class _EarlySignal:
+    """SIGTERM/SIGINT from the worker's first line on. Before the event loop runs (the
+    application still importing) a signal means: do not start; once it runs, it
+    reaches the runner through the loop, after ``serve_agent`` began listening (it
+    does before its first ``await``), so no signal falls between the two and kills the
+    worker with a non-zero status."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop: Callable[[], None] | None = None
+
+    def __call__(self) -> None:  # in a signal handler
+        self.requested = True
+        if self.loop is not None and self.stop is not None:
+            self.loop.call_soon_threadsafe(self.stop)
+
+
 def run_worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .runner._signals import on_shutdown_signal
+
+    signalled = _EarlySignal()
+    with on_shutdown_signal(signalled):
+        return _run_worker(args, parser, signalled)
+
+
+def _run_worker(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, signalled: _EarlySignal
+) -> int:
     from .runner import AsyncFunctionRunner
 
     module_name, _, attribute = args.target.partition(":")
@@ -162,7 +190,12 @@ def run_worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         )
 
     async def serve() -> None:
+        signalled.stop = runner.stop
+        signalled.loop = asyncio.get_running_loop()
         try:
+            if signalled.requested:  # before the loop ran: nothing taken, nothing to hand
+                print(json.dumps({"worker": None, "handed_over": 0}))
+                return
             report = await runner.serve_agent(
                 *args.agent,
                 group=args.group,

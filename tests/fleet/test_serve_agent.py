@@ -9,13 +9,14 @@ import secrets
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from openagentcore import AsyncClient, Client, fleet
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
-from openagentcore.runner import AsyncFunctionRunner, RunnerError, current_call
-from openagentcore.runner._fleet_directory import open_directory
+from openagentcore.runner import AsyncFunctionRunner, RunnerError, _fleet, current_call
+from openagentcore.runner._fleet_directory import Directory, open_directory
 from openagentcore.store import PostgresResultStore, ResultStore, SQLiteResultStore
 from openagentcore.types import FunctionCallItem, FunctionCallOutputItem, InputMessageEvent
 
@@ -280,3 +281,34 @@ async def serve_agent_twice(core: LocalCore, open_store: Callable[[], ResultStor
     await runner.close()
     await runner.client.close()
     watcher.close()
+
+
+def test_a_stop_while_serve_agent_opens_its_directory_ends_it(
+    core: LocalCore, open_store: Callable[[], ResultStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop() (or SIGTERM) may come before the loop's first round: serve_agent heeds it
+    from its first line, so a worker stopped while it starts returns."""
+    asyncio.run(stop_while_opening(core, open_store, monkeypatch))
+
+
+async def stop_while_opening(
+    core: LocalCore, open_store: Callable[[], ResultStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = AsyncFunctionRunner(
+        AsyncClient(api_key=core.api_key, base_url=core.base_url), store=open_store()
+    )
+    opening = _fleet.open_directory
+
+    def stop_then_open(*args: Any, **kwargs: Any) -> Directory:
+        runner.stop()  # on the directory's thread, while serve_agent awaits it
+        return opening(*args, **kwargs)
+
+    monkeypatch.setattr(_fleet, "open_directory", stop_then_open)
+    async with asyncio.timeout(60):
+        report = await runner.serve_agent("agent_a", heartbeat_interval=0.2)
+    assert report.acquired == 0
+    watcher = open_directory(open_store())
+    assert watcher.status().workers == []
+    watcher.close()
+    await runner.close()
+    await runner.client.close()

@@ -194,3 +194,30 @@ def test_a_killed_and_a_stopped_worker_hand_their_sessions_to_the_others(
                 answered += 1
         assert answered == SESSIONS * ROUNDS
         watcher.close()
+
+
+@pytest.mark.parametrize("signalled_at", ["import", "open"])
+def test_a_worker_signalled_while_it_starts_exits_0(signalled_at: str, tmp_path: Path) -> None:
+    """A supervisor may send SIGTERM while the worker imports the application or opens
+    its directory: it exits 0 having handed over nothing, and is not killed by the
+    signal (a restart loop would call that a crash)."""
+    with LocalCore() as core:
+        env = {
+            **os.environ,
+            "FLEET_SQLITE": str(tmp_path / "calls.db"),
+            "FLEET_SIGTERM_AT": signalled_at,
+            "FLEET_EFFECTS": str(tmp_path / "effects.jsonl"),
+            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+            "OPENAGENTCORE_BASE_URL": core.base_url,
+            "OPENAGENTCORE_API_KEY": core.api_key,
+        }
+        worker = subprocess.run(
+            [sys.executable, *WORKER, "--agent", "agent_0"],
+            cwd=HERE,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert worker.returncode == 0, worker.stderr
+    assert json.loads(worker.stdout)["handed_over"] == 0

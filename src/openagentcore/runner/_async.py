@@ -16,7 +16,7 @@ from .._client import AsyncClient
 from ._base import RunnerError, RunnerOptions
 from ._driver import Driver
 from ._fleet import FleetOptions, FleetReport, serve_agent
-from ._fleet_directory import Directory, open_directory
+from ._fleet_directory import Directory
 from ._runtime import AsyncioRuntime
 
 __all__ = ["AsyncFunctionRunner"]
@@ -39,7 +39,9 @@ class AsyncFunctionRunner(Driver):
         self._start_driver()
         #: How ``stop()`` reaches each running ``serve_agent``.
         self._fleet_stops: set[Callable[[], None]] = set()
-        #: The directory of the ``serve_agent`` running now, for ``adopt``.
+        #: Whether ``serve_agent`` runs (one at a time), and its directory once open,
+        #: for ``adopt``.
+        self._fleet_running = False
         self._fleet_directory: Directory | None = None
 
     async def serve_agent(
@@ -74,32 +76,23 @@ class AsyncFunctionRunner(Driver):
             discovery_interval=discovery_interval,
             sweep_interval=sweep_interval,
         )
-        own = directory is None
-        opened = (
-            await asyncio.to_thread(open_directory, self.store, group=group)
-            if directory is None
-            else directory
-        )
-        if self._fleet_directory is not None:  # checked after the await: no race
-            if own:
-                opened.close()
+        if self._fleet_running:  # set before any await below: two calls cannot both pass
             raise RunnerError(
                 "serve_agent is already running on this runner; pass every Agent to that "
                 "call (serve_agent(agent_a, agent_b)) or use another runner for another group"
             )
-        self._fleet_directory = opened
+        self._fleet_running = True
         try:
             return await serve_agent(
                 self,
                 [agent_id, *more_agent_ids],
-                directory=opened,
+                directory=directory,
+                group=group,
                 options=options,
                 max_sessions=max_sessions,
             )
         finally:
-            self._fleet_directory = None
-            if own:
-                opened.close()
+            self._fleet_running = False
 
     async def adopt(
         self, session_id: str, *, agent_id: str | None = None, group: str = "default"

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import NotFoundError
 from ._base import RunnerError, ServeTimeout
-from ._fleet_directory import Directory
+from ._fleet_directory import Directory, open_directory
 from ._signals import on_shutdown_signal
 
 if TYPE_CHECKING:
@@ -112,27 +112,34 @@ async def serve_agent(
     runner: AsyncFunctionRunner,
     agent_ids: Sequence[str],
     *,
-    directory: Directory,
+    directory: Directory | None,
+    group: str,
     options: FleetOptions,
     max_sessions: int | None,
 ) -> FleetReport:
     """Serve the group's Sessions until ``runner.stop()`` or SIGINT/SIGTERM, then hand
-    the held ones over (see the module's docstring)."""
-    return await _Worker(runner, agent_ids, directory, options, max_sessions).run()
+    the held ones over (see the module's docstring). Without ``directory``, the one
+    next to the runner's store is opened, and closed at the end.
+
+    ``stop()`` and the signals are heeded from the call on: before its first ``await``
+    this coroutine is listening for them, so a stop sent while the directory opens is
+    not lost (it returns after handing nothing over)."""
+    worker = _Worker(runner, agent_ids, options, max_sessions)
+    return await worker.run(directory, group)
 
 
 class _Worker:
+    directory: Directory
+
     def __init__(
         self,
         runner: AsyncFunctionRunner,
         agent_ids: Sequence[str],
-        directory: Directory,
         options: FleetOptions,
         max_sessions: int | None,
     ) -> None:
         self.runner = runner
         self.agent_ids = list(agent_ids)
-        self.directory = directory
         self.options = options
         self.max_sessions = max_sessions
         self.report = FleetReport(new_worker_id())
@@ -161,42 +168,58 @@ class _Worker:
         self.stop_soon()
         self.runner._stop_from_signal_if_started()
 
-    async def run(self) -> FleetReport:
+    async def run(self, directory: Directory | None, group: str) -> FleetReport:
+        # Listening for stop() and the signals comes first, before any await: a stop
+        # sent while the directory opens ends the loop before its first round.
         self.loop = asyncio.get_running_loop()
         self.runner._fleet_stops.add(self.stop_soon)
+        opened: Directory | None = directory
+        try:
+            with on_shutdown_signal(self._on_signal):
+                if opened is None:
+                    opened = await asyncio.to_thread(open_directory, self.runner.store, group=group)
+                self.directory = self.runner._fleet_directory = opened
+                await self._serve()
+        finally:
+            self.runner._fleet_stops.discard(self.stop_soon)
+            try:
+                if opened is not None:
+                    self.runner._fleet_directory = None
+                    await self._hand_over()
+            finally:
+                if directory is None and opened is not None:
+                    opened.close()
+        return self.report
+
+    async def _serve(self) -> None:
         options = self.options
         next_discovery = next_sweep = time.monotonic()
         try:
-            with on_shutdown_signal(self._on_signal):
-                while not self.stopping.is_set():
-                    now = time.monotonic()
-                    try:
-                        if now >= next_discovery:
-                            await self._discover(sweep=now >= next_sweep)
-                            if now >= next_sweep:
-                                next_sweep = now + options.sweep_interval
-                            next_discovery = now + options.discovery_interval
-                        await self._round()
-                    except Exception as exc:
-                        # The database is unreachable: no heartbeat, so after the TTL
-                        # the others take these Sessions; the followers keep serving
-                        # meanwhile (the call claims keep that safe), and the next
-                        # round that reaches the database drops the ones taken.
-                        logger.warning(
-                            "The fleet's directory failed (%s); retrying in %s s",
-                            exc,
-                            options.heartbeat_interval,
-                        )
-                    await self._wait(options.heartbeat_interval)
+            while not self.stopping.is_set():
+                now = time.monotonic()
+                try:
+                    if now >= next_discovery:
+                        await self._discover(sweep=now >= next_sweep)
+                        if now >= next_sweep:
+                            next_sweep = now + options.sweep_interval
+                        next_discovery = now + options.discovery_interval
+                    await self._round()
+                except Exception as exc:
+                    # The database is unreachable: no heartbeat, so after the TTL
+                    # the others take these Sessions; the followers keep serving
+                    # meanwhile (the call claims keep that safe), and the next
+                    # round that reaches the database drops the ones taken.
+                    logger.warning(
+                        "The fleet's directory failed (%s); retrying in %s s",
+                        exc,
+                        options.heartbeat_interval,
+                    )
+                await self._wait(options.heartbeat_interval)
         except BaseException:
             # Failed or cancelled: nothing stopped the serves, so end them here.
             for _, task in self.following.values():
                 task.cancel()
             raise
-        finally:
-            self.runner._fleet_stops.discard(self.stop_soon)
-            await self._hand_over()
-        return self.report
 
     async def _round(self) -> None:
         directory, options, worker = self.directory, self.options, self.report.worker_id
