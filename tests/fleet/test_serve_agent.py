@@ -58,21 +58,9 @@ def outputs_per_call(client: Client, session_id: str) -> Counter[str]:
 
 
 def test_workers_share_an_agents_sessions_and_run_each_call_once(
-    core: LocalCore, open_store: Callable[[], ResultStore], request: pytest.FixtureRequest
+    core: LocalCore, open_store: Callable[[], ResultStore]
 ) -> None:
-    _known_to_hang_in_the_full_suite_on_postgres(request)
     asyncio.run(share_an_agents_sessions(core, open_store))
-
-
-def _known_to_hang_in_the_full_suite_on_postgres(request: pytest.FixtureRequest) -> None:
-    """Seen once: in a full CI run (2 workers, 2 cores) the PostgreSQL case hung past
-    its 120 s timeout, although it passes alone (3 s) and with tests/fleet, tests/store
-    and the docs samples beside a busy core. Not understood yet (issue 25): it still
-    runs, and a hang is reported as an expected failure instead of failing CI."""
-    if request.node.callspec.params.get("open_store") == "postgres":
-        request.node.add_marker(
-            pytest.mark.xfail(reason="hung once in a full CI run; issue 25", strict=False)
-        )
 
 
 async def share_an_agents_sessions(core: LocalCore, open_store: Callable[[], ResultStore]) -> None:
