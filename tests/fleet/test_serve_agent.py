@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from openagentcore import AsyncClient, Client, fleet
-from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
+from openagentcore import AsyncClient, Client, _base_client, fleet
+from openagentcore.local import Faults, FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner import AsyncFunctionRunner, RunnerError, _fleet, current_call
 from openagentcore.runner._fleet_directory import Directory, open_directory
 from openagentcore.store import PostgresResultStore, ResultStore, SQLiteResultStore
@@ -300,3 +300,65 @@ async def stop_while_opening(
     watcher.close()
     await runner.close()
     await runner.client.close()
+
+
+def test_a_stalled_stream_is_noticed_and_reopened(
+    open_store: Callable[[], ResultStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every stream goes silent (no events, no keepalives) after its first event and
+    stays open. A followed idle Session gets a new input: its call is announced only on
+    the silent stream, so the worker's client must time the silence out, reconnect and
+    read the Session; the call is then answered once and no silent stream is left."""
+    monkeypatch.setattr(_base_client, "STREAM_READ_TIMEOUT", 1.0)
+    turns = [TurnScript(steps=[(FunctionCall("charge", {"order": f"t{n}"}),)]) for n in range(2)]
+    faults = Faults(stall_stream_after=1)
+    with LocalCore(scenario=Scenario(turns=turns), keepalive_interval=0.2, faults=faults) as core:
+        asyncio.run(serve_through_stalls(core, open_store))
+
+
+async def serve_through_stalls(core: LocalCore, open_store: Callable[[], ResultStore]) -> None:
+    runs: Counter[str] = Counter()
+    sync = Client(api_key=core.api_key, base_url=core.base_url)
+    runner = AsyncFunctionRunner(
+        AsyncClient(api_key=core.api_key, base_url=core.base_url), store=open_store()
+    )
+
+    @runner.function
+    def charge(order: str) -> str:
+        """Charge the customer for an order."""
+        runs[current_call().call_id] += 1
+        return f"charged {order}"
+
+    agent = sync.agents.create(name="billing", model="scripted", tools=runner.tools)
+    session_id = sync.sessions.create(agent_id=agent.id, input="first").id
+    serving = asyncio.create_task(
+        runner.serve_agent(
+            agent.id, heartbeat_interval=0.2, worker_ttl=2.0, discovery_interval=0.2, park_after=60
+        )
+    )
+
+    def settled(calls: int) -> bool:
+        return (
+            len(outputs_per_call(sync, session_id)) == calls
+            and sync.sessions.retrieve(session_id).status == "idle"
+        )
+
+    stalls_seen = 0
+    async with asyncio.timeout(30):  # the default 45 s idle timeout would not make it
+        while not settled(1):  # noqa: ASYNC110 (the emulator's state)
+            await asyncio.sleep(0.1)
+        sync.sessions.events.create(session_id, events=[InputMessageEvent.from_text("second")])
+        while not settled(2):
+            stalls_seen = max(stalls_seen, core.stalled_streams())
+            await asyncio.sleep(0.1)
+        while core.stalled_streams():  # noqa: ASYNC110 (the emulator's count)
+            await asyncio.sleep(0.1)
+    assert stalls_seen, "no stream stalled: the fault did not fire"
+    runner.stop()
+    await serving
+    await runner.close()
+    await runner.client.close()
+    counts = outputs_per_call(sync, session_id)
+    assert sorted(counts.values()) == [1, 1]
+    assert all(runs[call_id] == 1 for call_id in counts)
+    sync.close()

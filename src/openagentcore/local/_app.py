@@ -393,6 +393,14 @@ class _App:
                     yield "".join(frames)
                 if ends:
                     return
+                stall = self.engine.faults.stall_stream_after
+                if stall is not None and sent >= stall:
+                    # Open, counted and silent until the client leaves.
+                    self.engine.stalled_streams += 1
+                    try:
+                        await asyncio.Event().wait()
+                    finally:
+                        self.engine.stalled_streams -= 1
         finally:
             self.engine.unsubscribe(subscriber)
 
