@@ -193,17 +193,32 @@ class _Worker:
 
     async def _serve(self) -> None:
         options = self.options
-        next_discovery = next_sweep = time.monotonic()
+        now = time.monotonic()
+        next_discovery = next_sweep = next_round = now
+        # A round that changed nothing doubles the wait before the next one, up to a
+        # quarter of the TTL (3 s at most): an idle fleet makes few statements, and a
+        # lapsed worker's Sessions still move within the TTL + 3 s. A change, new
+        # Sessions listed or an ownership event (NOTIFY) bring it back to
+        # heartbeat_interval.
+        quiet_limit = max(options.heartbeat_interval, min(options.worker_ttl / 4, 3.0))
+        pause = options.heartbeat_interval
         try:
             while not self.stopping.is_set():
                 now = time.monotonic()
+                changed = True
                 try:
                     if now >= next_discovery:
-                        await self._discover(sweep=now >= next_sweep)
+                        if await self._discover(sweep=now >= next_sweep):
+                            next_round = now
                         if now >= next_sweep:
                             next_sweep = now + options.sweep_interval
                         next_discovery = now + options.discovery_interval
-                    await self._round()
+                    if now >= next_round:
+                        changed = await self._round()
+                        pause = (
+                            options.heartbeat_interval if changed else min(pause * 2, quiet_limit)
+                        )
+                        next_round = now + pause
                 except Exception as exc:
                     # The database is unreachable: no heartbeat, so after the TTL
                     # the others take these Sessions; the followers keep serving
@@ -214,15 +229,22 @@ class _Worker:
                         exc,
                         options.heartbeat_interval,
                     )
-                await self._wait(options.heartbeat_interval)
+                    pause = options.heartbeat_interval
+                    next_round = now + pause
+                wait = max(0.0, min(next_round, next_discovery) - time.monotonic())
+                if await self._wait(wait):
+                    pause = options.heartbeat_interval
+                    next_round = time.monotonic()
         except BaseException:
             # Failed or cancelled: nothing stopped the serves, so end them here.
             for _, task in self.following.values():
                 task.cancel()
             raise
 
-    async def _round(self) -> None:
+    async def _round(self) -> bool:
+        """One round; True if it changed what this worker follows."""
         directory, options, worker = self.directory, self.options, self.report.worker_id
+        before = (self.report.acquired, self.report.released, self.report.fenced)
         await self._db(directory.heartbeat, worker)
         plan, held = await self._db(
             directory.plan,
@@ -258,6 +280,8 @@ class _Worker:
             self.report.sessions.add(row.session_id)
             task = asyncio.create_task(self._follow(row.session_id, row.epoch))
             self.following[row.session_id] = (row.epoch, task)
+        after = (self.report.acquired, self.report.released, self.report.fenced)
+        return after != before or bool(unfollowed)
 
     async def _follow(self, session_id: str, epoch: int) -> None:
         """Serve the Session until it is idle, linger ``park_after``, then park it."""
@@ -294,9 +318,11 @@ class _Worker:
             # Given back at the next round; another worker (or this one) tries again.
             logger.exception("Serving Session %s failed", session_id)
 
-    async def _discover(self, *, sweep: bool) -> None:
+    async def _discover(self, *, sweep: bool) -> bool:
         """Add each Agent's Sessions created since the newest seen; with ``sweep``, list
-        them all and wake the parked ones that wait for the application."""
+        them all and wake the parked ones that wait for the application. True if it
+        found any."""
+        listed = False
         sessions = self.runner.client.sessions
         for agent_id in self.agent_ids:
             found: list[tuple[str, str]] = []
@@ -314,14 +340,17 @@ class _Worker:
                     "Listing the Sessions of %s failed (%s); retrying later", agent_id, exc
                 )
             if found:
+                listed = True
                 self.cursors[agent_id] = found[-1][0]
                 await self._db(self.directory.adopt, found, wake=False)
                 self.report.discovered += len(found)
             if sweep and waiting:
                 await self._db(self.directory.adopt, waiting)
+        return listed
 
-    async def _wait(self, seconds: float) -> None:
-        """Until an ownership event (NOTIFY), ``stop()`` or ``seconds``."""
+    async def _wait(self, seconds: float) -> bool:
+        """Until an ownership event (NOTIFY), ``stop()`` or ``seconds``; True if an
+        ownership event came."""
         stopped = asyncio.ensure_future(self.stopping.wait())
         event = asyncio.ensure_future(self._db(self.directory.wait, seconds))
         waiters: set[asyncio.Future[Any]] = {stopped, event}
@@ -329,6 +358,9 @@ class _Worker:
             await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
+        return (
+            event.done() and not event.cancelled() and event.exception() is None and event.result()
+        )
 
     async def _hand_over(self) -> None:
         """Let the followers finish their in-flight calls (``stop()`` reached their
