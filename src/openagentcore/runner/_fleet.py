@@ -24,6 +24,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -104,6 +105,12 @@ def _session_gone(error: Exception) -> bool:
     return isinstance(cause, NotFoundError) and not cause.route_missing
 
 
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Read a late outcome, so a failure is not logged as never retrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
@@ -148,12 +155,19 @@ class _Worker:
         self.following: dict[str, tuple[int, asyncio.Task[None]]] = {}
         #: The newest Session listed per Agent: discovery lists only those after it.
         self.cursors: dict[str, str | None] = dict.fromkeys(self.agent_ids)
+        # Threads of its own: in asyncio's shared default pool (a few threads on a small
+        # machine) the workers of one process queued behind each other's waits, a
+        # statement timed out in the queue and its directory was interrupted.
+        self._statements = ThreadPoolExecutor(1, thread_name_prefix="oac-fleet")
+        self._listening = ThreadPoolExecutor(1, thread_name_prefix="oac-fleet-listen")
 
     async def _db(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A directory statement, off the loop (the directory's I/O blocks). One that
         takes longer than the TTL (this worker has lapsed by then anyway) is
         interrupted, so a silent network cannot hold the worker forever."""
-        statement = asyncio.to_thread(functools.partial(work, *args, **kwargs))
+        statement = self.loop.run_in_executor(
+            self._statements, functools.partial(work, *args, **kwargs)
+        )
         try:
             return await asyncio.wait_for(statement, self.options.worker_ttl)
         except TimeoutError:
@@ -189,6 +203,9 @@ class _Worker:
             finally:
                 if directory is None and opened is not None:
                     opened.close()
+                # A wait under way returns within its timeout (at once once closed).
+                self._statements.shutdown(wait=False)
+                self._listening.shutdown(wait=False)
         return self.report
 
     async def _serve(self) -> None:
@@ -352,7 +369,8 @@ class _Worker:
         """Until an ownership event (NOTIFY), ``stop()`` or ``seconds``; True if an
         ownership event came."""
         stopped = asyncio.ensure_future(self.stopping.wait())
-        event = asyncio.ensure_future(self._db(self.directory.wait, seconds))
+        # Not through _db: a wait queued behind the last one is no stuck statement.
+        event = self.loop.run_in_executor(self._listening, self.directory.wait, seconds)
         waiters: set[asyncio.Future[Any]] = {stopped, event}
         try:
             await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
