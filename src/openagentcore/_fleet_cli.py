@@ -142,9 +142,42 @@ def run_fleet(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+class _EarlySignal:
+    """SIGTERM/SIGINT from the worker's first line on. Before the runner serves (the
+    application still importing) a signal means: do not start; once it serves, it
+    reaches the runner (an AsyncFunctionRunner through its loop, after ``serve_agent``
+    began listening before its first ``await``; a FunctionRunner's ``stop()`` is safe
+    in a signal handler and kept until its fleet listens), so no signal falls between
+    the two and kills the worker with a non-zero status."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop: Callable[[], None] | None = None
+
+    def __call__(self) -> None:  # in a signal handler
+        self.requested = True
+        if self.stop is None:
+            return
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.stop)
+        else:
+            self.stop()
+
+
 def run_worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .runner._signals import on_shutdown_signal
+
+    signalled = _EarlySignal()
+    with on_shutdown_signal(signalled):
+        return _run_worker(args, parser, signalled)
+
+
+def _run_worker(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, signalled: _EarlySignal
+) -> int:
     from .runner import AsyncFunctionRunner, FunctionRunner
-    from .runner._fleet import FleetReport, ServeAgentOptions
+    from .runner._fleet import ServeAgentOptions, StopRequest
 
     module_name, _, attribute = args.target.partition(":")
     if not module_name or not attribute:
@@ -171,17 +204,28 @@ def run_worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         "discovery_interval": args.discovery_interval,
         "sweep_interval": args.sweep_interval,
     }
+    not_started = json.dumps({"worker": None, "handed_over": 0})
     if isinstance(runner, AsyncFunctionRunner):
 
-        async def serve(runner: AsyncFunctionRunner) -> FleetReport:
+        async def serve(runner: AsyncFunctionRunner) -> str:
+            signalled.stop = runner.stop
+            signalled.loop = asyncio.get_running_loop()
             try:
-                return await runner.serve_agent(*args.agent, **options)
+                if signalled.requested:  # before the loop ran: nothing taken or handed
+                    return not_started
+                report = await runner.serve_agent(*args.agent, **options)
+                return json.dumps({"worker": report.worker_id, "handed_over": report.handed_over})
             finally:
                 await runner.close()
 
-        report = asyncio.run(serve(runner))
-    else:
-        with runner:
-            report = runner.serve_agent(*args.agent, **options)
+        print(asyncio.run(serve(runner)))
+        return 0
+    stop = StopRequest()  # set by a signal from now on, heeded once serve_agent listens
+    signalled.stop = stop.set
+    with runner:
+        if signalled.requested:
+            print(not_started)
+            return 0
+        report = runner._serve_agent(stop, *args.agent, **options)
     print(json.dumps({"worker": report.worker_id, "handed_over": report.handed_over}))
     return 0

@@ -28,7 +28,7 @@ import ssl
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import httpcore
 import httpx
@@ -47,6 +47,8 @@ __all__ = [
 
 #: Unread bytes at which a connection stops reading from the socket until consumed.
 _HIGH_WATER = 256 * 1024
+
+T = TypeVar("T")
 #: ``asyncio.TimeoutError`` is its own class before Python 3.11.
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)
 #: Seconds before trying a host's next address while the first is still connecting.
@@ -201,11 +203,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     ) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
         try:
-            secured = await asyncio.wait_for(
+            secured = await _within(
                 loop.start_tls(
                     self._transport, self._connection, ssl_context, server_hostname=server_hostname
                 ),
                 timeout,
+                lambda late: late.abort() if late is not None else None,
             )
             if secured is None:  # the connection closed during the handshake
                 raise ConnectionResetError("the connection closed during the TLS handshake")
@@ -225,13 +228,47 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         return self._transport.get_extra_info(name) if name else None
 
 
+async def _within(
+    opening: Awaitable[T], timeout: float | None, discard: Callable[[T], object]
+) -> T:
+    """What ``opening`` gives, or ``TimeoutError`` after ``timeout`` seconds.
+
+    Not ``asyncio.wait_for``: before Python 3.12 it loses a cancellation that lands as
+    ``opening`` completes, and the cancelled task runs on, sends its request and reads
+    the answer (a runner's stream reader, cancelled as its serve ended, read its stream
+    forever and the serve never returned). Here a cancellation always propagates, and
+    what ``opening`` gives too late is ``discard``ed.
+    """
+    task = asyncio.ensure_future(opening)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except BaseException:
+        _abandon(task, discard)
+        raise
+    if not done:
+        _abandon(task, discard)
+        raise TimeoutError
+    return task.result()
+
+
+def _abandon(task: asyncio.Future[T], discard: Callable[[T], object]) -> None:
+    def late(finished: asyncio.Future[T]) -> None:
+        if not finished.cancelled() and finished.exception() is None:
+            discard(finished.result())
+
+    task.cancel()
+    task.add_done_callback(late)
+
+
 async def _connect(
     opening: Callable[[], Awaitable[tuple[asyncio.BaseTransport, _Connection]]],
     timeout: float | None,
     socket_options: Iterable[SocketOption] | None,
 ) -> AsyncioStream:
     try:
-        transport, connection = await asyncio.wait_for(opening(), timeout)
+        transport, connection = await _within(
+            opening(), timeout, lambda late: cast(asyncio.Transport, late[0]).abort()
+        )
     except _TIMEOUTS as exc:  # before OSError: TimeoutError is one
         raise httpcore.ConnectTimeout("timed out connecting") from exc
     except OSError as exc:

@@ -34,6 +34,7 @@ from openagentcore._network import (
     AsyncHTTPTransport,
     AsyncioBackend,
     AsyncioStream,
+    _connect,
     _Connection,
     async_http_transport,
 )
@@ -566,3 +567,32 @@ async def test_many_concurrent_requests_share_a_limited_pool(server: _LocalServe
 
     assert [response.content for response in responses] == [b"ok"] * 100
     assert 1 <= server.connections_opened <= 16
+
+
+class _FakeTransport:
+    aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_a_cancellation_that_lands_as_a_connection_opens_is_not_lost() -> None:
+    """Python 3.11's ``wait_for`` returned the connection and dropped a cancel that
+    arrived as it opened: the cancelled task went on to read a stream forever (a
+    runner's serve never returned). The cancel must propagate and the connection close."""
+    loop = asyncio.get_running_loop()
+    opened: asyncio.Future[tuple[Any, _Connection]] = loop.create_future()
+
+    async def opening() -> tuple[Any, _Connection]:
+        return await opened
+
+    connecting = asyncio.ensure_future(_connect(opening, 5.0, None))
+    for _ in range(3):  # until it waits on the connection
+        await asyncio.sleep(0)
+    transport = _FakeTransport()
+    opened.set_result((transport, _Connection()))
+    connecting.cancel()  # in the same turn of the loop as the connection opens
+    with pytest.raises(asyncio.CancelledError):
+        await connecting
+    await asyncio.sleep(0)
+    assert transport.aborted

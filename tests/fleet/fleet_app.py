@@ -5,17 +5,23 @@ with ``charge`` (not safe to repeat), which logs each run to ``FLEET_EFFECTS`` i
 
 Configured by the environment (never the command line): ``OPENAGENTCORE_BASE_URL``,
 ``OPENAGENTCORE_API_KEY``, ``FLEET_EFFECTS``, and ``FLEET_POSTGRES_SCHEMA`` with
-``OPENAGENTCORE_TEST_POSTGRES_DSN``, or ``FLEET_SQLITE``.
+``OPENAGENTCORE_TEST_POSTGRES_DSN``, or ``FLEET_SQLITE``. With ``FLEET_SIGTERM_AT``
+the worker signals itself once, where a supervisor's SIGTERM may land in a real start:
+``import`` (the application still importing) or ``open`` (``serve_agent`` opening its
+directory, before its loop's first round).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
+from typing import Any
 
 from openagentcore import AsyncClient
-from openagentcore.runner import AsyncFunctionRunner, current_call
+from openagentcore.runner import AsyncFunctionRunner, _fleet, current_call
+from openagentcore.runner._fleet_directory import Directory
 from openagentcore.store import PostgresResultStore, ResultStore, SQLiteResultStore
 
 #: How long each function works after its effect, so kills land inside calls.
@@ -33,6 +39,22 @@ def _store() -> ResultStore:
 
 
 runner = AsyncFunctionRunner(AsyncClient(), store=_store(), poll_interval=0.2)
+
+
+def _sigterm_at(where: str | None) -> None:
+    if where == "import":
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif where == "open":
+        opening = _fleet.open_directory
+
+        def open_then_signal(*args: Any, **kwargs: Any) -> Directory:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return opening(*args, **kwargs)
+
+        _fleet.open_directory = open_then_signal  # type: ignore[assignment]
+
+
+_sigterm_at(os.environ.get("FLEET_SIGTERM_AT"))
 
 
 @runner.function

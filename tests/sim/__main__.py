@@ -11,6 +11,7 @@ import time
 import traceback
 from typing import TextIO
 
+from ._fleet import run_fleet_seed
 from ._soak import checked, default_jobs
 from ._world import run_seed
 
@@ -74,6 +75,7 @@ def _replay(seed: int) -> tuple[int, str | None, bool]:
     """One seed in this process, with the runner's log and the whole traceback."""
     try:
         run_seed(seed)
+        run_fleet_seed(seed)
     except Exception as exc:
         traceback.print_exc()
         return seed, str(exc), True

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
+from ._fleet import run_fleet_seed
 from ._runner import SimRunner
 from ._world import Violation, run_seed
 
@@ -33,10 +34,13 @@ def default_jobs() -> int:
 
 def check_seed(seed: int, mutate: Mutation | None = None) -> tuple[int, str | None, bool]:
     """Run one seed: (seed, what went wrong or ``None``, whether it broke a promise
-    rather than crashing the simulator)."""
+    rather than crashing the simulator). Without ``mutate``, the seed's fleet history
+    (:mod:`._fleet`) runs too."""
     logging.disable(logging.CRITICAL)  # the faults make the runner log a lot
     try:
         run_seed(seed, mutate=mutate)
+        if mutate is None:
+            run_fleet_seed(seed)
     except Violation as exc:
         return seed, str(exc), True
     except Exception as exc:

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import gc
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from openagentcore.runner._pump import ask_in_doubt as ask_in_doubt_hook
 from openagentcore.runner._runtime import Lane
 from openagentcore.store import CallKey, CallRecord, CallState, _rules
 
+from ._fleet import FleetWorld, run_fleet_seed
 from ._runner import SimRunner
 from ._soak import checked, default_jobs
 from ._tasks import Violation
@@ -493,3 +495,57 @@ def test_the_store_audit_finds_a_store_bug(
     bug(monkeypatch)
     seed, broken = _first_found(None, range(300))
     assert found in broken, f"{bug.__name__}: first violation (seed {seed}): {broken!r}"
+
+
+def _take_overs_keep_the_epoch(world: FleetWorld) -> None:
+    """Reverts the epoch bump of a take-over: the new owner holds the Session at the
+    epoch its lapsed owner held it, so nothing tells their writes apart."""
+    world.bump = lambda epoch: epoch
+
+
+def _writes_not_fenced(world: FleetWorld) -> None:
+    """Reverts the fence: a worker whose Session was taken over (it lapsed) still
+    releases or parks it, under its new owner."""
+    world.may_write = lambda row, owner, epoch: True
+
+
+def _lapsed_workers_keep_their_sessions(world: FleetWorld) -> None:
+    """Reverts the TTL: a worker whose heartbeat stopped (crashed, stuck) still counts
+    as live, so nobody takes its Sessions."""
+    world.is_live = lambda worker, now, ttl: True
+
+
+def _ownership_gates_the_calls(world: FleetWorld) -> None:
+    """Reverts the call claims as the gate for effects: a follower runs every call of a
+    Session it owns, as if one owner at a time were guaranteed."""
+    world.claims_gate_calls = False
+
+
+@pytest.mark.parametrize(
+    "mutation",
+    [
+        _take_overs_keep_the_epoch,
+        _writes_not_fenced,
+        _lapsed_workers_keep_their_sessions,
+        _ownership_gates_the_calls,
+    ],
+)
+def test_the_fleet_simulator_finds_a_reverted_fence_within_the_ci_budget(
+    mutation: Callable[[FleetWorld], None],
+) -> None:
+    for seed in range(CI_SEEDS):
+        try:
+            run_fleet_seed(seed, mutation)
+        except Violation:
+            return
+    pytest.fail(f"{mutation.__name__} went unnoticed in {CI_SEEDS} fleet histories")
+
+
+def test_fleet_histories_lapse_crash_and_hand_over() -> None:
+    """Proof that the fleet's faults happen: Sessions change owners in some histories."""
+    moved = 0
+    for seed in range(50):
+        world = run_fleet_seed(seed)
+        epochs = Counter(session for session, _ in world.owners)
+        moved += any(count > 1 for count in epochs.values())
+    assert moved >= 25

@@ -8,6 +8,7 @@ carries a fresh ``X-Request-Id``.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import secrets
 import time
@@ -41,7 +42,7 @@ from ._requests import (
     parse_metadata,
     reject_unknown,
 )
-from ._store import AgentRecord, new_id, now
+from ._store import AgentRecord, SessionRecord, new_id, now
 
 __all__ = ["create_app"]
 
@@ -284,16 +285,28 @@ class _App:
     async def list_sessions(self, request: Request) -> Response:
         query = ListQuery(request, strict_limit=False)
         agent_filter = request.query_params.get("agent_id")
-        sessions = sorted(
-            (
-                s
-                for s in self.engine.store.sessions.values()
-                if not s.deleted and (agent_filter is None or s.agent.get("id") == agent_filter)
-            ),
-            key=lambda s: (s.created_at, s.id),
+        store = self.engine.store
+        index = (
+            store.session_order
+            if agent_filter is None
+            else store.session_order_by_agent.get(agent_filter, [])
         )
+
+        def shown(entry: tuple[int, str]) -> SessionRecord | None:
+            session = store.sessions[entry[1]]
+            return None if session.deleted else session
+
+        def position(session_id: str) -> int | None:
+            session = store.sessions.get(session_id)
+            if session is None or shown((session.created_at, session.id)) is None:
+                return None
+            at = bisect.bisect_left(index, (session.created_at, session.id))
+            return at if at < len(index) and index[at][1] == session_id else None
+
         return _json(
-            query.page(sessions, lambda s: s.id, self.engine.session_wire, cursor_error=not_found())
+            query.page_indexed(
+                index, shown, position, self.engine.session_wire, cursor_error=not_found()
+            )
         )
 
     async def retrieve_session(self, request: Request) -> Response:
@@ -393,6 +406,14 @@ class _App:
                     yield "".join(frames)
                 if ends:
                     return
+                stall = self.engine.faults.stall_stream_after
+                if stall is not None and sent >= stall:
+                    # Open, counted and silent until the client leaves.
+                    self.engine.stalled_streams += 1
+                    try:
+                        await asyncio.Event().wait()
+                    finally:
+                        self.engine.stalled_streams -= 1
         finally:
             self.engine.unsubscribe(subscriber)
 

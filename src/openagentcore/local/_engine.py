@@ -207,6 +207,8 @@ class Engine:
         self.model = model
         self.faults = faults
         self._logs: dict[str, SessionLog] = {}
+        #: Streams silenced by the ``stall_stream_after`` fault and still open.
+        self.stalled_streams = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle -----------------------------------------------------------------

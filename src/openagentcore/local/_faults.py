@@ -21,6 +21,9 @@ class Faults:
     """Knobs for the emulator's failure modes.
 
     - ``close_stream_after``: close every event stream after it sent this many events.
+    - ``stall_stream_after``: after this many events, every event stream sends nothing
+      more, not even keepalives, and stays open: a connection a proxy or a network
+      left half-dead. Only a client that times out idle streams gets its events again.
     - ``duplicate_every``: send every n-th event of a stream twice.
     - ``reject_input_every``: answer every n-th input POST with 503 before admitting it.
     - ``lose_input_response_every``: admit every n-th input POST, then answer 503 as if
@@ -43,6 +46,7 @@ class Faults:
     """
 
     close_stream_after: int | None = None
+    stall_stream_after: int | None = None
     duplicate_every: int | None = None
     reject_input_every: int | None = None
     lose_input_response_every: int | None = None
@@ -56,6 +60,7 @@ class Faults:
     def __post_init__(self) -> None:
         for name in (
             "close_stream_after",
+            "stall_stream_after",
             "duplicate_every",
             "reject_input_every",
             "lose_input_response_every",

@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_K = TypeVar("_K")
 
 
 def canonical_json(value: object) -> str:
@@ -414,6 +415,43 @@ class ListQuery:
             "object": "list",
             "data": data,
             "has_more": len(ordered) > self.limit,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
+
+    def page_indexed(
+        self,
+        index: Sequence[_K],
+        record: Callable[[_K], _T | None],
+        position: Callable[[str], int | None],
+        wire: Callable[[_T], dict[str, Any]],
+        *,
+        cursor_error: ApiError,
+    ) -> dict[str, Any]:
+        """:meth:`page` over ``index``, kept in ascending order, reading only the
+        records the page shows and one more. ``record`` gives an entry's record, or
+        None when the listing hides it; ``position`` the index of the ``after`` record,
+        or None when the listing does not show it."""
+        forward = self.order == "asc"
+        start = 0 if forward else len(index) - 1
+        if self.after:
+            at = position(self.after)
+            if at is None:
+                raise cursor_error
+            start = at + 1 if forward else at - 1
+        steps = range(start, len(index)) if forward else range(start, -1, -1)
+        shown: list[_T] = []
+        for step in steps:
+            found = record(index[step])
+            if found is not None:
+                shown.append(found)
+                if len(shown) > self.limit:
+                    break
+        data = [wire(found) for found in shown[: self.limit]]
+        return {
+            "object": "list",
+            "data": data,
+            "has_more": len(shown) > self.limit,
             "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None,
         }

@@ -200,6 +200,18 @@ class LocalCore:
 
         return asyncio.run_coroutine_threadsafe(read(), loop).result(timeout=_STARTUP_TIMEOUT)
 
+    def stalled_streams(self) -> int:
+        """Streams the ``stall_stream_after`` fault silenced that the clients have not
+        closed yet: a client that notices silent streams brings this back to 0."""
+        engine, loop = self._engine, self._loop
+        if engine is None or loop is None:
+            raise RuntimeError("LocalCore is not running")
+
+        async def read() -> int:
+            return engine.stalled_streams
+
+        return asyncio.run_coroutine_threadsafe(read(), loop).result(timeout=_STARTUP_TIMEOUT)
+
 
 def _bind(host: str, port: int) -> socket.socket:
     # An explicit IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections;

@@ -8,6 +8,7 @@ the stream is live only.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import sqlite3
@@ -175,6 +176,10 @@ class Store:
         self.calls: dict[str, CallRecord] = {}
         #: Session creation ``Idempotency-Key`` -> (request fingerprint, Session ID).
         self.creation_keys: dict[str, tuple[str, str]] = {}
+        #: Sessions in listing order, ``(created_at, id)``, all and per Agent id: a page
+        #: reads the Sessions it shows, not a sort of every Session ever created.
+        self.session_order: list[tuple[int, str]] = []
+        self.session_order_by_agent: dict[str, list[tuple[int, str]]] = {}
         self._seq = 0
         self._dirty: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
@@ -193,9 +198,19 @@ class Store:
 
     def add(self, record: _R) -> _R:
         table: dict[str, Any] = self._table(record)
-        table[_record_key(record)] = record
+        key = _record_key(record)
+        if isinstance(record, SessionRecord) and key not in table:
+            self._index_session(record)
+        table[key] = record
         self.save(record)
         return record
+
+    def _index_session(self, session: SessionRecord) -> None:
+        entry = (session.created_at, session.id)
+        bisect.insort(self.session_order, entry)
+        agent_id = session.agent.get("id")
+        if agent_id is not None:
+            bisect.insort(self.session_order_by_agent.setdefault(agent_id, []), entry)
 
     def save(self, *records: Record) -> None:
         """Mark records changed; :meth:`commit` writes them."""
@@ -245,6 +260,8 @@ class Store:
                 self.creation_keys[data["key"]] = (data["fingerprint"], data["session_id"])
                 continue
             record = _KINDS[kind](**data)
+            if isinstance(record, SessionRecord):
+                self._index_session(record)
             self._table(record)[_record_key(record)] = record
             if isinstance(record, ItemRecord):
                 self._seq = max(self._seq, record.seq)

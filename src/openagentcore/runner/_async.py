@@ -16,7 +16,7 @@ from .._client import AsyncClient
 from ._base import RunnerBase, RunnerError, RunnerOptions
 from ._driver import Driver
 from ._fleet import FleetOptions, FleetReport, StopRequest, hand_over_session, serve_agent
-from ._fleet_directory import Directory, open_directory
+from ._fleet_directory import Directory
 from ._runtime import AsyncioRuntime
 
 __all__ = ["AsyncFunctionRunner"]
@@ -39,11 +39,13 @@ class AsyncFunctionRunner(Driver):
         self._start_driver()
         #: How ``stop()`` reaches each running ``serve_agent``.
         self._fleet_stops: set[Callable[[], None]] = set()
-        #: The directory of the ``serve_agent`` running now, for ``adopt``.
+        #: Whether ``serve_agent`` runs (one at a time), and its directory once open,
+        #: for ``adopt``.
+        self._fleet_running = False
         self._fleet_directory: Directory | None = None
         #: The stop request the next ``serve_agent`` heeds, set up by whoever starts it
         #: from another thread (``FunctionRunner.serve_agent``), so that a stop sent
-        #: before it starts is kept.
+        #: before it listens is kept.
         self._stop_ahead: StopRequest | None = None
 
     async def serve_agent(
@@ -78,39 +80,23 @@ class AsyncFunctionRunner(Driver):
             discovery_interval=discovery_interval,
             sweep_interval=sweep_interval,
         )
-        own = directory is None
-        stop, self._stop_ahead = self._stop_ahead or StopRequest(), None
-        self._fleet_stops.add(stop.set)  # from now on: a stop() while it opens is kept
-        try:
-            opened = (
-                await asyncio.to_thread(open_directory, self.store, group=group)
-                if directory is None
-                else directory
+        if self._fleet_running:  # set before any await below: two calls cannot both pass
+            raise RunnerError(
+                "serve_agent is already running on this runner; pass every Agent to that "
+                "call (serve_agent(agent_a, agent_b)) or use another runner for another group"
             )
-            if self._fleet_directory is not None:  # checked after the await: no race
-                if own:
-                    opened.close()
-                raise RunnerError(
-                    "serve_agent is already running on this runner; pass every Agent to "
-                    "that call (serve_agent(agent_a, agent_b)) or use another runner for "
-                    "another group"
-                )
-            self._fleet_directory = opened
-            try:
-                return await serve_agent(
-                    self,
-                    [agent_id, *more_agent_ids],
-                    directory=opened,
-                    options=options,
-                    max_sessions=max_sessions,
-                    stop=stop,
-                )
-            finally:
-                self._fleet_directory = None
-                if own:
-                    opened.close()
+        self._fleet_running = True
+        try:
+            return await serve_agent(
+                self,
+                [agent_id, *more_agent_ids],
+                directory=directory,
+                group=group,
+                options=options,
+                max_sessions=max_sessions,
+            )
         finally:
-            self._fleet_stops.discard(stop.set)
+            self._fleet_running = False
 
     async def adopt(
         self, session_id: str, *, agent_id: str | None = None, group: str = "default"
@@ -143,6 +129,14 @@ class AsyncFunctionRunner(Driver):
         for stop in list(self._fleet_stops):
             stop()
         super()._send_stop(force)
+
+    def _stop_threadsafe(self, force: bool) -> None:
+        """``stop()`` from another thread or a signal handler: only the loop's wake-up
+        pipe is touched."""
+        for stop in list(self._fleet_stops):
+            stop()  # each is safe from any thread
+        if self._inbox is not None:
+            self._stop_from_signal(force)
 
     def _stop_from_signal_if_started(self) -> None:
         if self._inbox is not None:

@@ -125,11 +125,11 @@ class Driver(AsyncServing, abc.ABC):
         assert self._inbox is not None
         self._inbox.put(pump.Wake())
 
-    def _stop_from_signal(self) -> None:
+    def _stop_from_signal(self, force: bool = False) -> None:
         """Runs in a signal handler: only the loop's wake-up pipe is safe to touch."""
         inbox = self._inbox
         assert inbox is not None
-        inbox.put_threadsafe(pump.Stop(self._core.last_serve_id))
+        inbox.put_threadsafe(pump.Stop(self._core.last_serve_id, force))
 
     def _send_stop(self, force: bool) -> None:
         if self._inbox is not None:

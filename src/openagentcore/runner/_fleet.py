@@ -24,6 +24,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,7 +33,7 @@ from typing_extensions import TypedDict
 from .._errors import NotFoundError
 from ..store import ResultStore
 from ._base import RunnerError, ServeTimeout
-from ._fleet_directory import Directory
+from ._fleet_directory import Directory, open_directory
 from ._signals import on_shutdown_signal
 
 if TYPE_CHECKING:
@@ -103,29 +104,10 @@ class ServeAgentOptions(TypedDict, total=False):
     sweep_interval: float
 
 
-@dataclass(slots=True)
-class FleetReport:
-    """What one worker did in ``serve_agent``: Sessions ``acquired``, ``released`` to
-    make room for others, ``parked``, lost to another worker (``fenced``),
-    ``discovered`` by listing and ``handed_over`` on exit. ``calls_run`` adds up the
-    serves' reports, so a call that ended while none of its Session's serves was
-    attached (between two) is not in it: a lower bound."""
-
-    worker_id: str
-    acquired: int = 0
-    released: int = 0
-    parked: int = 0
-    fenced: int = 0
-    discovered: int = 0
-    calls_run: int = 0
-    handed_over: int = 0
-    sessions: set[str] = field(default_factory=set)
-
-
 class StopRequest:
-    """``stop()`` for one ``serve_agent``: safe from any thread and from a signal
-    handler, and kept when it comes before the worker's loop runs (while the directory
-    opens), which then stops at once."""
+    """``stop()`` for a ``serve_agent`` started from another thread: safe from any
+    thread and from a signal handler, and kept when it comes before the worker's loop
+    listens (``FunctionRunner.serve_agent`` sends it while its event loop starts)."""
 
     def __init__(self) -> None:
         self._requested = False
@@ -157,10 +139,35 @@ def hand_over_session(
     adopt(store, session_id, agent_id=agent_id, group=group)
 
 
+@dataclass(slots=True)
+class FleetReport:
+    """What one worker did in ``serve_agent``: Sessions ``acquired``, ``released`` to
+    make room for others, ``parked``, lost to another worker (``fenced``),
+    ``discovered`` by listing and ``handed_over`` on exit. ``calls_run`` adds up the
+    serves' reports, so a call that ended while none of its Session's serves was
+    attached (between two) is not in it: a lower bound."""
+
+    worker_id: str
+    acquired: int = 0
+    released: int = 0
+    parked: int = 0
+    fenced: int = 0
+    discovered: int = 0
+    calls_run: int = 0
+    handed_over: int = 0
+    sessions: set[str] = field(default_factory=set)
+
+
 def _session_gone(error: Exception) -> bool:
     """The serve ended because the API says the Session does not exist."""
     cause = error.__cause__ if isinstance(error, RunnerError) else error
     return isinstance(cause, NotFoundError) and not cause.route_missing
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Read a late outcome, so a failure is not logged as never retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 def new_worker_id() -> str:
@@ -171,28 +178,34 @@ async def serve_agent(
     runner: AsyncFunctionRunner,
     agent_ids: Sequence[str],
     *,
-    directory: Directory,
+    directory: Directory | None,
+    group: str,
     options: FleetOptions,
     max_sessions: int | None,
-    stop: StopRequest,
 ) -> FleetReport:
-    """Serve the group's Sessions until ``stop`` is set (``runner.stop()``) or
-    SIGINT/SIGTERM, then hand the held ones over (see the module's docstring)."""
-    return await _Worker(runner, agent_ids, directory, options, max_sessions).run(stop)
+    """Serve the group's Sessions until ``runner.stop()`` or SIGINT/SIGTERM, then hand
+    the held ones over (see the module's docstring). Without ``directory``, the one
+    next to the runner's store is opened, and closed at the end.
+
+    ``stop()`` and the signals are heeded from the call on: before its first ``await``
+    this coroutine is listening for them, so a stop sent while the directory opens is
+    not lost (it returns after handing nothing over)."""
+    worker = _Worker(runner, agent_ids, options, max_sessions)
+    return await worker.run(directory, group)
 
 
 class _Worker:
+    directory: Directory
+
     def __init__(
         self,
         runner: AsyncFunctionRunner,
         agent_ids: Sequence[str],
-        directory: Directory,
         options: FleetOptions,
         max_sessions: int | None,
     ) -> None:
         self.runner = runner
         self.agent_ids = list(agent_ids)
-        self.directory = directory
         self.options = options
         self.max_sessions = max_sessions
         self.report = FleetReport(new_worker_id())
@@ -201,12 +214,19 @@ class _Worker:
         self.following: dict[str, tuple[int, asyncio.Task[None]]] = {}
         #: The newest Session listed per Agent: discovery lists only those after it.
         self.cursors: dict[str, str | None] = dict.fromkeys(self.agent_ids)
+        # Threads of its own: in asyncio's shared default pool (a few threads on a small
+        # machine) the workers of one process queued behind each other's waits, a
+        # statement timed out in the queue and its directory was interrupted.
+        self._statements = ThreadPoolExecutor(1, thread_name_prefix="oac-fleet")
+        self._listening = ThreadPoolExecutor(1, thread_name_prefix="oac-fleet-listen")
 
     async def _db(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A directory statement, off the loop (the directory's I/O blocks). One that
         takes longer than the TTL (this worker has lapsed by then anyway) is
         interrupted, so a silent network cannot hold the worker forever."""
-        statement = asyncio.to_thread(functools.partial(work, *args, **kwargs))
+        statement = self.loop.run_in_executor(
+            self._statements, functools.partial(work, *args, **kwargs)
+        )
         try:
             return await asyncio.wait_for(statement, self.options.worker_ttl)
         except TimeoutError:
@@ -221,44 +241,89 @@ class _Worker:
         self.stop_soon()
         self.runner._stop_from_signal_if_started()
 
-    async def run(self, stop: StopRequest) -> FleetReport:
+    async def run(self, directory: Directory | None, group: str) -> FleetReport:
+        # Listening for stop() and the signals comes first, before any await: a stop
+        # sent while the directory opens ends the loop before its first round.
         self.loop = asyncio.get_running_loop()
-        stop.on_set(self.stop_soon)
-        options = self.options
-        next_discovery = next_sweep = time.monotonic()
+        self.runner._fleet_stops.add(self.stop_soon)
+        ahead, self.runner._stop_ahead = self.runner._stop_ahead, None
+        if ahead is not None:
+            ahead.on_set(self.stop_soon)
+        opened: Directory | None = directory
         try:
             with on_shutdown_signal(self._on_signal):
-                while not self.stopping.is_set():
-                    now = time.monotonic()
-                    try:
-                        if now >= next_discovery:
-                            await self._discover(sweep=now >= next_sweep)
-                            if now >= next_sweep:
-                                next_sweep = now + options.sweep_interval
-                            next_discovery = now + options.discovery_interval
-                        await self._round()
-                    except Exception as exc:
-                        # The database is unreachable: no heartbeat, so after the TTL
-                        # the others take these Sessions; the followers keep serving
-                        # meanwhile (the call claims keep that safe), and the next
-                        # round that reaches the database drops the ones taken.
-                        logger.warning(
-                            "The fleet's directory failed (%s); retrying in %s s",
-                            exc,
-                            options.heartbeat_interval,
+                if opened is None:
+                    opened = await asyncio.to_thread(open_directory, self.runner.store, group=group)
+                self.directory = self.runner._fleet_directory = opened
+                await self._serve()
+        finally:
+            self.runner._fleet_stops.discard(self.stop_soon)
+            try:
+                if opened is not None:
+                    self.runner._fleet_directory = None
+                    await self._hand_over()
+            finally:
+                if directory is None and opened is not None:
+                    opened.close()
+                # A wait under way returns within its timeout (at once once closed).
+                self._statements.shutdown(wait=False)
+                self._listening.shutdown(wait=False)
+        return self.report
+
+    async def _serve(self) -> None:
+        options = self.options
+        now = time.monotonic()
+        next_discovery = next_sweep = next_round = now
+        # A round that changed nothing doubles the wait before the next one, up to a
+        # quarter of the TTL (3 s at most): an idle fleet makes few statements, and a
+        # lapsed worker's Sessions still move within the TTL + 3 s. A change, new
+        # Sessions listed or an ownership event (NOTIFY) bring it back to
+        # heartbeat_interval.
+        quiet_limit = max(options.heartbeat_interval, min(options.worker_ttl / 4, 3.0))
+        pause = options.heartbeat_interval
+        try:
+            while not self.stopping.is_set():
+                now = time.monotonic()
+                changed = True
+                try:
+                    if now >= next_discovery:
+                        if await self._discover(sweep=now >= next_sweep):
+                            next_round = now
+                        if now >= next_sweep:
+                            next_sweep = now + options.sweep_interval
+                        next_discovery = now + options.discovery_interval
+                    if now >= next_round:
+                        changed = await self._round()
+                        pause = (
+                            options.heartbeat_interval if changed else min(pause * 2, quiet_limit)
                         )
-                    await self._wait(options.heartbeat_interval)
+                        next_round = now + pause
+                except Exception as exc:
+                    # The database is unreachable: no heartbeat, so after the TTL
+                    # the others take these Sessions; the followers keep serving
+                    # meanwhile (the call claims keep that safe), and the next
+                    # round that reaches the database drops the ones taken.
+                    logger.warning(
+                        "The fleet's directory failed (%s); retrying in %s s",
+                        exc,
+                        options.heartbeat_interval,
+                    )
+                    pause = options.heartbeat_interval
+                    next_round = now + pause
+                wait = max(0.0, min(next_round, next_discovery) - time.monotonic())
+                if await self._wait(wait):
+                    pause = options.heartbeat_interval
+                    next_round = time.monotonic()
         except BaseException:
             # Failed or cancelled: nothing stopped the serves, so end them here.
             for _, task in self.following.values():
                 task.cancel()
             raise
-        finally:
-            await self._hand_over()
-        return self.report
 
-    async def _round(self) -> None:
+    async def _round(self) -> bool:
+        """One round; True if it changed what this worker follows."""
         directory, options, worker = self.directory, self.options, self.report.worker_id
+        before = (self.report.acquired, self.report.released, self.report.fenced)
         await self._db(directory.heartbeat, worker)
         plan, held = await self._db(
             directory.plan,
@@ -294,6 +359,8 @@ class _Worker:
             self.report.sessions.add(row.session_id)
             task = asyncio.create_task(self._follow(row.session_id, row.epoch))
             self.following[row.session_id] = (row.epoch, task)
+        after = (self.report.acquired, self.report.released, self.report.fenced)
+        return after != before or bool(unfollowed)
 
     async def _follow(self, session_id: str, epoch: int) -> None:
         """Serve the Session until it is idle, linger ``park_after``, then park it."""
@@ -330,9 +397,11 @@ class _Worker:
             # Given back at the next round; another worker (or this one) tries again.
             logger.exception("Serving Session %s failed", session_id)
 
-    async def _discover(self, *, sweep: bool) -> None:
+    async def _discover(self, *, sweep: bool) -> bool:
         """Add each Agent's Sessions created since the newest seen; with ``sweep``, list
-        them all and wake the parked ones that wait for the application."""
+        them all and wake the parked ones that wait for the application. True if it
+        found any."""
+        listed = False
         sessions = self.runner.client.sessions
         for agent_id in self.agent_ids:
             found: list[tuple[str, str]] = []
@@ -350,21 +419,28 @@ class _Worker:
                     "Listing the Sessions of %s failed (%s); retrying later", agent_id, exc
                 )
             if found:
+                listed = True
                 self.cursors[agent_id] = found[-1][0]
                 await self._db(self.directory.adopt, found, wake=False)
                 self.report.discovered += len(found)
             if sweep and waiting:
                 await self._db(self.directory.adopt, waiting)
+        return listed
 
-    async def _wait(self, seconds: float) -> None:
-        """Until an ownership event (NOTIFY), ``stop()`` or ``seconds``."""
+    async def _wait(self, seconds: float) -> bool:
+        """Until an ownership event (NOTIFY), ``stop()`` or ``seconds``; True if an
+        ownership event came."""
         stopped = asyncio.ensure_future(self.stopping.wait())
-        event = asyncio.ensure_future(self._db(self.directory.wait, seconds))
+        # Not through _db: a wait queued behind the last one is no stuck statement.
+        event = self.loop.run_in_executor(self._listening, self.directory.wait, seconds)
         waiters: set[asyncio.Future[Any]] = {stopped, event}
         try:
             await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
+        return (
+            event.done() and not event.cancelled() and event.exception() is None and event.result()
+        )
 
     async def _hand_over(self) -> None:
         """Let the followers finish their in-flight calls (``stop()`` reached their

@@ -149,11 +149,22 @@ class FunctionRunner(Serving):
         that serves this runner's functions, with its options and hooks, through its
         store. Plain functions still run on threads of their own.
         """
+        return self._serve_agent(StopRequest(), agent_id, *more_agent_ids, **options)
+
+    def _serve_agent(
+        self,
+        stop: StopRequest,
+        agent_id: str,
+        *more_agent_ids: str,
+        **options: Unpack[ServeAgentOptions],
+    ) -> FleetReport:
+        """``serve_agent``, ended by ``stop`` too (set before this is called, it returns
+        at once): for a caller that must stop it before it could call ``stop()``."""
         with self._lock:
             if self._closing:
                 raise RunnerError("This runner is closed; create a new one")
         fleet = AsyncFunctionRunner._sharing(self, self.client._async_twin(), self._options)
-        fleet._stop_ahead = stop = StopRequest()
+        fleet._stop_ahead = stop
 
         async def serve() -> FleetReport:
             try:
@@ -226,8 +237,8 @@ class FunctionRunner(Serving):
     def _send_stop(self, force: bool) -> None:
         self._inbox.put(pump.Stop(self._core.last_serve_id, force))  # safe in a signal handler
         for fleet, stop in list(self._fleets.items()):  # a copy: no lock (signal handler)
-            stop.set()  # kept if its serve_agent has not started yet
-            fleet.stop(force=force)
+            stop.set()  # kept if its serve_agent does not listen yet
+            fleet._stop_threadsafe(force)
 
     def _stop_from_signal(self) -> None:
         self.stop()
