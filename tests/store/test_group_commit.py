@@ -249,6 +249,41 @@ def test_a_failed_shared_commit_fails_every_change_and_keeps_none(
     assert claim(store, 0).won  # the store works again once the database does
 
 
+def test_no_caller_of_a_shared_commit_returns_before_its_commit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller told it won before the COMMIT could run its function on a claim that a
+    crash then undoes: every caller must still be asleep when the COMMIT is sent."""
+    real_commit = store._group._commit
+    seen: list[tuple[bool, bool]] = []
+
+    @contextmanager
+    def inspecting(batch: list[PendingWrite[Any]]) -> Iterator[Transaction]:
+        with type(store)._transaction(store) as tx:
+            yield tx
+            # The statements ran; the COMMIT comes when this block ends.
+            seen.extend((p.done, p.wake is not None and p.wake.locked()) for p in batch[1:])
+
+    def shared_inspected(batch: list[PendingWrite[Any]]) -> None:
+        if len(batch) == 1:
+            real_commit(batch)
+            return
+        store._transaction = functools.partial(inspecting, batch)  # type: ignore[method-assign]
+        try:
+            real_commit(batch)
+        finally:
+            del store._transaction
+
+    monkeypatch.setattr(store._group, "_commit", shared_inspected)
+
+    outcomes = run_gathered(
+        store, monkeypatch, [functools.partial(claim, store, n) for n in range(4)]
+    )
+
+    assert [outcome.won for outcome in outcomes] == [True] * 4
+    assert seen == [(False, True)] * 3  # the leader is the fourth: it runs the commit
+
+
 def test_a_lone_change_commits_at_once(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     batches = record_batches(store, monkeypatch)
     queued: list[PendingWrite[Any]] = []

@@ -175,8 +175,7 @@ class SQLiteResultStore(SQLResultStore):
         synced: bool = True,
         order: tuple[str, ...] | None = None,
     ) -> T:
-        # One writer holds the database's lock at a time: the order of rows is moot.
-        return self._group.run(work, synced=synced)
+        return self._group.run(work, synced=synced, order=order)
 
     def _interrupted(self) -> Exception:
         return StoreUnavailableError(
