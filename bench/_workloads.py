@@ -382,6 +382,7 @@ def soak(args: dict[str, Any]) -> dict[str, Any]:
     work = Work(0.0)
     checkpoints: list[int] = sorted(args["checkpoints"])
     rss: dict[str, float] = {}
+    threads: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as directory:
         client = Client(base_url=args["base_url"], api_key=args["api_key"])
         runner = FunctionRunner(client, store=SQLiteResultStore(Path(directory) / "calls.db"))
@@ -396,10 +397,17 @@ def soak(args: dict[str, Any]) -> dict[str, Any]:
                 runner.run_turn(session_id, "More.", timeout=RUN_TIMEOUT)
                 turns += 1
             rss[str(checkpoint)] = _current_rss_mb()
+            threads[str(checkpoint)] = threading.active_count()
         seconds = time.perf_counter() - started
         runner.close()
         client.close()
-    return {"rss_mb": rss, "runs": work.runs, "turns": turns, "seconds": seconds}
+    return {
+        "rss_mb": rss,
+        "threads": threads,
+        "runs": work.runs,
+        "turns": turns,
+        "seconds": seconds,
+    }
 
 
 def _current_rss_mb() -> float:

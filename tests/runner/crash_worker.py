@@ -19,6 +19,11 @@ Kill windows, each at the first call of ``FUNCTION`` that reaches it:
   claim could otherwise land before the runner hears the 202, leaving that call in
   doubt too. Once the victim's result is saved, later claims wait for the kill.
 
+- ``shared``: inside the first commit shared by several changes, after its statements
+  ran and before its ``COMMIT`` (the first commit is held until two changes wait, so
+  the next one is shared); ``shared_committed``: right after that ``COMMIT``, before
+  any of its callers hears of it. ``FUNCTION`` is ``any`` for these two.
+
 Before killing itself it writes what it hit to ``WORKDIR/victim.json``. ``--kill-after``
 kills at a random instant instead. A run that ends normally prints its ServeReport as
 JSON on stdout.
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -35,7 +41,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +57,12 @@ from openagentcore.store import (
     ResultStore,
     SQLiteResultStore,
 )
+from openagentcore.store._group import PendingWrite
+from openagentcore.store._sql import Transaction
 
-WINDOWS = ("claim", "effect", "saved", "submitted")
+WINDOWS = ("claim", "effect", "saved", "submitted", "shared", "shared_committed")
+#: Windows inside the store's group commit, whatever the function.
+SHARED_WINDOWS = ("shared", "shared_committed")
 #: How long each function works after its effect, so random kills land inside calls.
 WORK_SECONDS = 0.02
 
@@ -82,6 +92,53 @@ class Killer:
             # Never set back: this store thread sleeps until the victim's 202 kills
             # the process (or the test's timeout ends the worker, if it never comes).
             threading.Event().wait()
+
+
+def kill_in_shared_commit(store: SQLiteResultStore, killer: Killer, window: str) -> None:
+    """Hold the store's first commit until two more changes wait for it, then kill the
+    process inside the shared commit that follows (``shared``) or right after it
+    (``shared_committed``), naming the calls whose changes it carried."""
+    group = store._group
+    real_commit, real_enqueue = group._commit, group._enqueue
+    company = threading.Event()
+    first_done = threading.Event()
+    waiting: list[PendingWrite[Any]] = []
+
+    def enqueue(pending: PendingWrite[Any]) -> None:
+        real_enqueue(pending)
+        waiting.append(pending)
+        if len(waiting) >= 2:
+            company.set()
+
+    def strike(batch: list[PendingWrite[Any]]) -> None:
+        calls = [pending.order[2] for pending in batch if pending.order is not None]
+        killer.reached(window, "any", call_ids=",".join(calls))
+
+    @contextlib.contextmanager
+    def dying() -> Iterator[Transaction]:
+        with SQLiteResultStore._transaction(store) as tx:
+            yield tx
+            strike(dying_batch)
+
+    dying_batch: list[PendingWrite[Any]] = []
+
+    def commit(batch: list[PendingWrite[Any]]) -> None:
+        if not first_done.is_set():
+            first_done.set()
+            company.wait(10)
+            real_commit(batch)
+        elif len(batch) < 2:
+            real_commit(batch)
+        elif window == "shared":
+            dying_batch.extend(batch)
+            store._transaction = dying  # type: ignore[method-assign]
+            real_commit(batch)
+        else:
+            real_commit(batch)
+            strike(batch)
+
+    group._commit = commit  # type: ignore[method-assign]
+    group._enqueue = enqueue  # type: ignore[method-assign]
 
 
 class KillingStore:
@@ -207,7 +264,10 @@ def main(argv: list[str]) -> int:
     if window is not None and window not in WINDOWS:
         parser.error(f"--kill window must be one of {WINDOWS}, got {window!r}")
     killer = Killer(args.workdir, window, function)
-    store: ResultStore = KillingStore(SQLiteResultStore(args.workdir / "calls.db"), killer)
+    sqlite_store = SQLiteResultStore(args.workdir / "calls.db")
+    if window in SHARED_WINDOWS:
+        kill_in_shared_commit(sqlite_store, killer, window)
+    store: ResultStore = KillingStore(sqlite_store, killer)
     if args.kill_after is not None:
         timer = threading.Timer(args.kill_after, os.kill, (os.getpid(), signal.SIGKILL))
         timer.daemon = True

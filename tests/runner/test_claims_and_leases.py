@@ -189,9 +189,15 @@ class CutOffStore(SQLiteResultStore):
         if self.cut.is_set():
             raise StoreUnavailableError("test: this worker is cut off from the store")
 
-    def _write(self, work: Callable[[Transaction], T], *, synced: bool = True) -> T:
+    def _write(
+        self,
+        work: Callable[[Transaction], T],
+        *,
+        synced: bool = True,
+        order: tuple[str, ...] | None = None,
+    ) -> T:
         self._check_link()
-        return super()._write(work, synced=synced)
+        return super()._write(work, synced=synced, order=order)
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Transaction]:

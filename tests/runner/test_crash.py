@@ -270,6 +270,48 @@ def test_killed_after_submitting_neither_reruns_nor_loses_the_call(
     assert sum(rig.effects().values()) == 4
 
 
+PARALLEL = [
+    [
+        FunctionCall("charge", {"order": "o1"}),
+        FunctionCall("reserve", {"order": "o2"}),
+        FunctionCall("charge", {"order": "o3"}),
+    ],
+    [FunctionCall("reserve", {"order": "o4"})],
+]
+
+
+@pytest.mark.parametrize("window", ["shared", "shared_committed"])
+@BOTH_ORDERS
+def test_killed_inside_a_shared_commit_loses_nothing_and_runs_nothing_twice(
+    make_rig: Callable[..., CrashRig], window: str, killed: str, restarted: str
+) -> None:
+    """The store's first commit is held until the other two calls' claims wait for it,
+    so they share the next commit; the worker dies before that commit's COMMIT, or
+    right after it before any caller hears of it."""
+    rig = make_rig(*PARALLEL)
+    victims = rig.killed_worker("--kill", f"{window}:any", "--runner", killed)["call_ids"]
+    shared = victims.split(",")
+    assert len(shared) >= 2
+    records = rig.records()
+    if window == "shared":
+        assert not set(shared) & set(records)  # rolled back whole: no claim of it stays
+    else:
+        assert all(records[call].state is CallState.STARTED for call in shared)
+    # Their callers never heard of the claims: none of those functions ran. (The first
+    # call's claim committed alone, so its function may have.)
+    assert sum(rig.effects().values()) <= 1
+
+    rig.finishing_worker("--runner", restarted)
+
+    calls = rig.check_invariants()
+    assert len(calls) == 4
+    effects = rig.effects()
+    for call in shared:  # run once at most, by the restarted worker
+        assert effects[(calls[call].call.name, calls[call].arguments["order"])] <= 1
+    if window == "shared":  # nothing of them was recorded: they ran as new calls
+        assert all(rig.records()[call].attempts == 1 for call in shared)
+
+
 KILLS = 10
 #: Rounds of three parallel calls: enough work that most random kills land mid-Turn.
 STEPS = 10

@@ -7,9 +7,9 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _rules
 from ._base import Clock
@@ -20,6 +20,7 @@ from ._exceptions import (
     StoreSchemaError,
     StoreUnavailableError,
 )
+from ._group import GroupCommit, PendingWrite
 from ._records import CallKey, Claim, Liveness, process_liveness
 from ._rules import DamagedRowError
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
     import psycopg_pool
 
 __all__ = ["PostgresResultStore"]
+
+T = TypeVar("T")
+
+#: The most callers' changes one group commit takes.
+_GROUP_LIMIT = 64
 
 # Lower case only, so the quoted names below equal what psql users type unquoted, and
 # short enough that the derived index and migrations table names fit in 63 bytes.
@@ -223,6 +229,14 @@ class PostgresResultStore(SQLResultStore):
             connection.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
             self._bound_idle_transactions(connection, also=settings)
 
+        #: As many commits at once as the pool has connections; changes made meanwhile
+        #: wait for one of them to end and share the next transaction.
+        self._group = GroupCommit(
+            self._commit_batch,
+            slots=pool_size,
+            limit=_GROUP_LIMIT,
+            interrupted=self._interrupted,
+        )
         self._schema = schema
         self._table_name = table
         #: For the fleet's directory, which opens its own connections to this database.
@@ -307,6 +321,46 @@ class PostgresResultStore(SQLResultStore):
     def renew_lease(self, key: CallKey, *, owner: str, lease_seconds: float) -> bool:
         self._follow_lease(lease_seconds)
         return super().renew_lease(key, owner=owner, lease_seconds=lease_seconds)
+
+    def _write(
+        self,
+        work: Callable[[Transaction], T],
+        *,
+        synced: bool = True,
+        order: tuple[str, ...] | None = None,
+    ) -> T:
+        return self._group.run(work, synced=synced, order=order)
+
+    def _interrupted(self) -> Exception:
+        return StoreUnavailableError(
+            f"a change to {self.location} was interrupted before it was committed; retry it"
+        )
+
+    def _commit_batch(self, batch: list[PendingWrite[Any]]) -> None:
+        """Run the changes in one transaction, rows locked in key order so that two
+        workers' shared transactions cannot deadlock. A change that fails (a statement's
+        error aborts the whole transaction in PostgreSQL) rolls the transaction back,
+        and each change is then committed alone, so every caller gets what its own
+        transaction would give it; a failed commit fails them all."""
+        if len(batch) == 1:
+            with self._transaction() as tx:
+                batch[0].result = batch[0].work(tx)
+            return
+        ordered = sorted(batch, key=lambda p: (p.order is None, p.order or ()))
+        try:
+            with self._transaction() as tx:
+                for pending in ordered:
+                    try:
+                        pending.result = pending.work(tx)
+                    except Exception as exc:
+                        raise _ChangeFailed from exc
+        except _ChangeFailed:
+            for pending in ordered:
+                try:
+                    with self._transaction() as tx:
+                        pending.result, pending.error = pending.work(tx), None
+                except Exception as exc:
+                    pending.result, pending.error = None, exc
 
     def _follow_lease(self, lease_seconds: float) -> None:
         """Keep transactions a worker left from holding its calls' rows past a third of
@@ -453,6 +507,10 @@ class PostgresResultStore(SQLResultStore):
             raise self._unavailable(exc) from exc
         except DamagedRowError as exc:
             raise self._damaged(exc) from exc
+
+
+class _ChangeFailed(Exception):
+    """One change of a shared transaction failed: roll it back, commit each alone."""
 
 
 def _set_session(connection: psycopg.Connection[Any], settings: Mapping[str, str]) -> None:

@@ -225,12 +225,20 @@ class SQLResultStore(StoreBase):
     def _reading(self) -> AbstractContextManager[Transaction]:
         """A connection for a single read."""
 
-    def _write(self, work: Callable[[Transaction], T], *, synced: bool = True) -> T:
+    def _write(
+        self,
+        work: Callable[[Transaction], T],
+        *,
+        synced: bool = True,
+        order: tuple[str, ...] | None = None,
+    ) -> T:
         """Run ``work`` in a write transaction and commit it; returns what ``work`` returns.
 
         ``synced=False`` says the change is bookkeeping (a progress mark): the store may
-        commit it without waiting for the disk. Every change goes through here, so a store
-        can run several callers' work in one transaction (SQLite's group commit).
+        commit it without waiting for the disk. ``order`` is the key of the first row the
+        change locks, so that changes sharing a transaction lock rows in one order. Every
+        change goes through here, so a store can run several callers' work in one
+        transaction (group commit).
         """
         with self._transaction() as tx:
             return work(tx)
@@ -284,7 +292,7 @@ class SQLResultStore(StoreBase):
                     stale = _rules.is_stale(found, now=now, liveness=self._liveness)
                     return Claim(won=False, record=found, stale=stale)
 
-        return self._write(insert)
+        return self._write(insert, order=_key_params(key))
 
     @abc.abstractmethod
     def _damaged(self, exc: Exception) -> StoreCorruptError:
@@ -348,6 +356,7 @@ class SQLResultStore(StoreBase):
         self._write(
             lambda tx: self._update_in(tx, key, functools.partial(_mark_to, state)),
             synced=False,
+            order=_key_params(key),
         )
 
     def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
@@ -361,7 +370,7 @@ class SQLResultStore(StoreBase):
                 with contextlib.suppress(UnknownCallError):
                     self._update_in(tx, key, functools.partial(_mark_to, state))
 
-        self._write(mark_all, synced=False)
+        self._write(mark_all, synced=False, order=_key_params(ordered[0][0]))
 
     def _update(
         self,
@@ -372,7 +381,8 @@ class SQLResultStore(StoreBase):
         late_outcome_text: str | None = None,
     ) -> tuple[CallRecord, bool]:
         return self._write(
-            lambda tx: self._update_in(tx, key, decide, result_text, late_outcome_text)
+            lambda tx: self._update_in(tx, key, decide, result_text, late_outcome_text),
+            order=_key_params(key),
         )
 
     def _update_in(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import os
 import sqlite3
 import threading
@@ -10,7 +9,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar
 
 import tenacity
 
@@ -21,6 +20,7 @@ from ._exceptions import (
     StoreSchemaError,
     StoreUnavailableError,
 )
+from ._group import GroupCommit, PendingWrite
 from ._records import Liveness, process_liveness
 from ._rules import DamagedRowError
 from ._sql import MIGRATIONS, SQLResultStore, Transaction
@@ -45,24 +45,6 @@ class _SQLiteTransaction:
         return self._connection.execute(sql, params).rowcount
 
 
-class _PendingWrite(Generic[T]):
-    """One caller's change, waiting for the group commit that runs it."""
-
-    __slots__ = ("done", "error", "result", "synced", "work")
-
-    def __init__(self, work: Callable[[Transaction], T], synced: bool) -> None:
-        self.work = work
-        self.synced = synced
-        self.done = False
-        self.result: T | None = None
-        self.error: BaseException | None = None
-
-    def outcome(self) -> T:
-        if self.error is not None:
-            raise self.error
-        return cast(T, self.result)
-
-
 class SQLiteResultStore(SQLResultStore):
     """Records in a SQLite file that several threads and processes can share.
 
@@ -74,8 +56,9 @@ class SQLiteResultStore(SQLResultStore):
     (``BEGIN IMMEDIATE``) and wait up to ``busy_timeout`` seconds for each other; after
     that the method raises :class:`StoreUnavailableError`. Changes that threads of one
     store make at the same time share a transaction and its disk sync (group commit): a
-    thread that finds the write lock busy queues its change, and the next thread to take
-    the lock commits every queued change at once. The file must be on a local
+    change made while no commit runs is committed at once, one made during a commit
+    waits for it to end, then commits with every change queued meanwhile; each caller
+    gets its own outcome, as its own transaction would give it. The file must be on a local
     disk: SQLite locking is unreliable over network file systems, so use
     :class:`PostgresResultStore` for many hosts. The schema is created on first use and
     versioned in ``PRAGMA user_version``.
@@ -94,7 +77,10 @@ class SQLiteResultStore(SQLResultStore):
         super().__init__(table=_TABLE, clock=clock, liveness=liveness)
         self._path = os.fspath(path)
         self._lock = threading.RLock()
-        self._pending: collections.deque[_PendingWrite[Any]] = collections.deque()
+        #: One writer at a time: SQLite has one write lock per database.
+        self._group = GroupCommit(
+            self._commit_batch, slots=1, limit=_GROUP_LIMIT, interrupted=self._interrupted
+        )
         self._synchronous = "FULL"
         #: The file SQLite writes, once a ``file:`` URI is decoded (``None``: in memory).
         self._file_name, creates = _database_file(self._path)
@@ -184,52 +170,53 @@ class SQLiteResultStore(SQLResultStore):
                 # PRAGMA takes no parameters; ``latest`` is an int from this module.
                 tx.execute(f"PRAGMA user_version = {latest:d}")
 
-    def _write(self, work: Callable[[Transaction], T], *, synced: bool = True) -> T:
-        pending = _PendingWrite(work, synced)
-        self._pending.append(pending)
-        with self._lock:
-            while not pending.done:
-                self._commit_pending()
-        return pending.outcome()
+    def _write(
+        self,
+        work: Callable[[Transaction], T],
+        *,
+        synced: bool = True,
+        order: tuple[str, ...] | None = None,
+    ) -> T:
+        return self._group.run(work, synced=synced, order=order)
 
-    def _commit_pending(self) -> None:
-        """Run the queued changes in one transaction, each under a savepoint so that one
-        change's error undoes only that change; a failed commit fails them all."""
-        batch = [self._pending.popleft() for _ in range(min(len(self._pending), _GROUP_LIMIT))]
-        try:
-            # Progress marks alone need not wait for the disk: a lost one costs an
-            # identical resubmission, and the next synced commit flushes them too.
-            self._set_synchronous("FULL" if any(p.synced for p in batch) else "NORMAL")
-            with self._transaction() as tx:
-                if len(batch) == 1:  # alone: its error rolls back the whole transaction
-                    batch[0].result = batch[0].work(tx)
-                    return
-                for pending in batch:
-                    tx.execute("SAVEPOINT change")
-                    try:
-                        pending.result = pending.work(tx)
-                    except sqlite3.Error:
-                        raise  # the database failed: the whole batch fails
-                    except DamagedRowError as exc:
-                        tx.execute("ROLLBACK TO change")
-                        pending.error = _corrupt(self._path, exc)
-                    except Exception as exc:
-                        tx.execute("ROLLBACK TO change")
-                        pending.error = exc
-                    tx.execute("RELEASE change")
-        except BaseException as exc:
-            failure = exc
-            if not isinstance(exc, Exception):  # KeyboardInterrupt in the committing thread
-                failure = StoreUnavailableError(
-                    f"a change to {self._path!r} was interrupted before it was committed; retry it"
-                )
+    def _interrupted(self) -> Exception:
+        return StoreUnavailableError(
+            f"a change to {self._path!r} was interrupted before it was committed; retry it"
+        )
+
+    def _commit_batch(self, batch: list[PendingWrite[Any]]) -> None:
+        """Run the changes in one transaction, each under a savepoint so that one
+        change's error undoes only that change and reaches only its caller, as its own
+        transaction would; a failed commit fails them all."""
+        # Progress marks alone need not wait for the disk: a lost one costs an
+        # identical resubmission, and the next synced commit flushes them too.
+        self._set_synchronous("FULL" if any(p.synced for p in batch) else "NORMAL")
+        with self._transaction() as tx:
+            if len(batch) == 1:  # alone: its error rolls back the whole transaction
+                batch[0].result = batch[0].work(tx)
+                return
+            connection = self._open_connection()
             for pending in batch:
-                pending.result, pending.error = None, failure
-            if failure is not exc:
-                raise
-        finally:
-            for pending in batch:
-                pending.done = True
+                tx.execute("SAVEPOINT change")
+                try:
+                    pending.result = pending.work(tx)
+                except Exception as exc:
+                    if isinstance(exc, sqlite3.Error) and not connection.in_transaction:
+                        raise  # SQLite rolled the transaction back: the whole batch fails
+                    tx.execute("ROLLBACK TO change")
+                    pending.error = self._as_alone(exc)
+                tx.execute("RELEASE change")
+
+    def _as_alone(self, exc: Exception) -> Exception:
+        """The error a change's caller would get had the change been committed alone."""
+        error: Exception = exc
+        if isinstance(exc, sqlite3.OperationalError):
+            error = _unavailable(self._path, exc)
+        elif isinstance(exc, (sqlite3.DatabaseError, DamagedRowError)):
+            error = _corrupt(self._path, exc)
+        if error is not exc:
+            error.__cause__ = exc
+        return error
 
     def _set_synchronous(self, level: str) -> None:
         if level != self._synchronous:
