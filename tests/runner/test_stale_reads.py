@@ -10,10 +10,21 @@ in exactly that order.
 
 from __future__ import annotations
 
+import pytest
+
 from openagentcore.runner._core import RunnerCore, Serve, content_key
-from openagentcore.runner._effects import ReadSession, SessionOutcome
+from openagentcore.runner._effects import (
+    Lookup,
+    LookupResult,
+    PostResults,
+    ReadSession,
+    SessionOutcome,
+    StoreAnswer,
+)
 from openagentcore.runner._registry import FunctionRegistry
+from openagentcore.store import CallKey, CallState, MemoryResultStore
 from openagentcore.types import (
+    FunctionCallAction,
     InputMessageEvent,
     Session,
     SessionIdleEvent,
@@ -145,3 +156,39 @@ def test_run_turn_reads_the_turn_it_names_after_a_read_that_could_not_name_it() 
 
     reads = [effect for effect in core.take_effects(0.3) if isinstance(effect, ReadSession)]
     assert [read.turn_id for read in reads] == [TURN]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect (issue 23): a result found saved for a cancelled Turn is marked "
+    "abandoned, though whoever saved it may have posted it; posting it instead (tried) "
+    "shifts the simulator onto three other shared-store label races (seeds 53, 591, 1467)",
+)
+def test_a_result_found_saved_for_a_cancelled_turn_is_posted_again_not_marked_abandoned() -> None:
+    """A result this runner found in the store (another worker saved it, and may have
+    posted it) for a Turn it knows cancelled: only the server can say whether it took
+    the result, so it is posted again. Marking it ``abandoned`` told the operator the
+    server never got a result it had accepted (found by the simulator, seed 943)."""
+    key = CallKey(SESSION, TURN, "call_found")
+    store = MemoryResultStore()
+    store.claim(key, function_name="ship", arguments_hash="h", owner="w2", lease_seconds=60)
+    event = {"type": "agent.session.input.tool_result", "turn_id": TURN, "call_id": key.call_id}
+    store.save_result(key, {**event, "success": True, "output": "shipped"}, owner="w2")
+    store.mark(key, CallState.SUBMITTED)  # the other worker's POST was accepted
+    record = store.get(key)
+    assert record is not None
+    core = _core()  # serves no "ship": the call is looked up, not claimed
+    serve = core.attach(SESSION, "once", 0.0)
+    _read_in_flight(core, serve)
+    action = FunctionCallAction(turn_id=TURN, call_id=key.call_id, name="ship", arguments={})
+    waiting = _session("requires_action").model_copy(update={"required_actions": [action]})
+    core.on_session_read(SessionOutcome(SESSION, waiting), 0.01)
+    (lookup,) = [e for e in core.take_effects(0.01) if isinstance(e, Lookup)]
+    core._view(SESSION).cancelled_turns.add(TURN)  # the stream showed the Turn cancelled
+
+    core.on_store_answer(StoreAnswer(lookup, LookupResult(record, stale=False)), 0.02)
+    effects = core.take_effects(1.0)
+
+    posted = [r.key for e in effects if isinstance(e, PostResults) for r in e.batch.records]
+    assert posted == [key]
+    assert serve.report.abandoned == []
