@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -102,10 +103,13 @@ def worker(
     sessions: list[str],
     calls: int,
     effect_seconds: float,
+    hold: bool = False,
 ) -> None:
     """Serve every Session until all are settled; killed at random by the driver.
 
     ``store=None`` runs without a durable store, to show what the audit catches then.
+    ``hold``: each call says "effect" on stdout once its effect is in the ledger, then
+    waits for the kill instead of returning.
     """
     with Client(base_url=base_url, api_key=api_key) as client:
         result_store = SQLiteResultStore(store) if store else MemoryResultStore()
@@ -115,14 +119,14 @@ def worker(
                 name=f"work_{index}",
                 description="Records one effect in the ledger.",
                 parameters=_parameters(None),
-            )(_effect(f"work_{index}", ledger, effect_seconds))
+            )(_effect(f"work_{index}", ledger, effect_seconds, hold))
         print("serving", flush=True)  # the driver's clock for the kill starts now
         for session_id in sessions:
             runner.serve(session_id, timeout=SERVE_TIMEOUT)
         runner.close()
 
 
-def _effect(name: str, ledger: str, seconds: float) -> Any:
+def _effect(name: str, ledger: str, seconds: float, hold: bool) -> Any:
     def effect(session: str) -> str:
         line = f"{name} {session}\n".encode()
         descriptor = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -130,6 +134,9 @@ def _effect(name: str, ledger: str, seconds: float) -> Any:
             os.write(descriptor, line)  # one O_APPEND write: a line is whole or absent
         finally:
             os.close(descriptor)
+        if hold:
+            print("effect", flush=True)
+            threading.Event().wait()  # until the driver's SIGKILL
         time.sleep(seconds)  # the rest of the work: a kill here leaves the call in doubt
         return f"{name} ran for {session}"
 
@@ -148,11 +155,14 @@ def run(
     effect_seconds: float = 0.01,
     max_life: float = 0.3,
     durable: bool = True,
+    kill_after_effect: bool = False,
 ) -> ChaosReport:
     """Kill ``kills`` workers at random instants, let one finish, and audit the outcome.
 
     Each worker is killed a random time between 0 and ``max_life`` seconds after it
-    starts serving (imports and setup are not counted)."""
+    starts serving (imports and setup are not counted); with ``kill_after_effect``,
+    once one of its calls has had its effect and before any such call returns, however
+    slow the machine is."""
     chooser = random.Random(seed)
     calls = STEPS * calls_per_step
     scenario = {
@@ -172,31 +182,29 @@ def run(
                 ).id
                 for n in range(sessions)
             ]
-        command = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--worker",
-            json.dumps(
-                [
-                    emulator.base_url,
-                    emulator.api_key,
-                    store if durable else None,
-                    ledger,
-                    session_ids,
-                    calls,
-                    effect_seconds,
-                ]
-            ),
+        arguments = [
+            emulator.base_url,
+            emulator.api_key,
+            store if durable else None,
+            ledger,
+            session_ids,
+            calls,
+            effect_seconds,
         ]
+        script = [sys.executable, str(Path(__file__).resolve()), "--worker"]
+        command = [*script, json.dumps(arguments)]
+        killed = [*script, json.dumps([*arguments, kill_after_effect])]
         done_kills = 0
         while done_kills < kills:
             process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+                killed, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
             )
             assert process.stdout is not None
             process.stdout.readline()  # "serving", or "" if it exited first
+            if kill_after_effect:
+                process.stdout.readline()  # "effect", or "" if it exited first
             try:
-                process.wait(timeout=chooser.uniform(0.0, max_life))
+                process.wait(timeout=0.0 if kill_after_effect else chooser.uniform(0.0, max_life))
             except subprocess.TimeoutExpired:
                 process.send_signal(signal.SIGKILL)
                 process.wait()

@@ -29,15 +29,17 @@ def test_killed_runners_never_run_an_effect_twice_nor_lose_a_call() -> None:
 
 
 def test_the_audit_sees_repeated_effects_when_results_are_not_stored() -> None:
-    """Proves the audit can fail: without a durable store, kills repeat effects."""
+    """Proves the audit can fail: without a durable store, kills repeat effects. Each
+    kill lands once a call has had its effect and before it returns (not at a random
+    instant, which on a busy machine could land before any call had started)."""
     report = chaos.run(
         kills=3,
         sessions=1,
         calls_per_step=3,
         seed=20261203,
         effect_seconds=0.2,
-        max_life=0.4,
         durable=False,
+        kill_after_effect=True,
     )
     assert report.effects_run_more_than_once > 0
     assert not report.safe()

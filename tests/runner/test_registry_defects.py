@@ -82,6 +82,8 @@ _HOSTILE_CHECK = textwrap.dedent(
         print(exc)
     except TimeoutError:
         print("still checking")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)  # the bound is the check's, not the exit's
     """
 )
 
