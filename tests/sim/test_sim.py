@@ -34,6 +34,10 @@ from ._world import World, run_seed
 
 #: Seeds every CI run replays; ``python -m tests.sim --seeds N`` soaks further.
 CI_SEEDS = 2000
+#: How long a run over the CI seeds may take before it counts as hung: a guard, not a
+#: measure. Each seed now audits every store change and runs a fleet history too, and
+#: beside the suite's other worker 2,000 seeds took over the suite's 120 s.
+CI_SEEDS_HANG_GUARD = 900
 
 
 @pytest.fixture(autouse=True)
@@ -52,6 +56,7 @@ def _first_violation(mutate: Callable[[SimRunner], None] | None) -> int | None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(CI_SEEDS_HANG_GUARD)
 def test_every_ci_seed_keeps_the_runner_promises() -> None:
     failures = [
         f"seed {seed}: {error} (replay: python -m tests.sim --seed {seed})"
@@ -266,6 +271,7 @@ def _violation(seed: int, mutate: Callable[[SimRunner], None] | None) -> str | N
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(CI_SEEDS_HANG_GUARD)
 @pytest.mark.parametrize(
     "mutation",
     [

@@ -103,9 +103,8 @@ class Serving(RunnerBase, abc.ABC):
                         )
                     status = turn.status
                 self._change_serve(
-                    serve, lambda: self._core.start_turn(
-                        serve, turn_id, status, reconnects, self._now()
-                    )
+                    serve,
+                    lambda: self._core.start_turn(serve, turn_id, status, reconnects, self._now()),
                 )
                 self._wait(serve, deadline, interruptible=True)
         finally:
