@@ -25,6 +25,7 @@ from openagentcore import (
     BadRequestError,
     ConflictError,
     InternalServerError,
+    UnprocessableEntityError,
 )
 from openagentcore._errors import status_error as client_status_error
 from openagentcore.runner._effects import SessionOutcome
@@ -164,7 +165,8 @@ class Server:
         self.requester: SimRunner | None = None
         #: How the server refused a POST of each call's result: ``unknown`` (400, not
         #: pending), ``different`` (409, it holds another), ``cancelled`` (409, its Turn
-        #: takes no result) or ``reused`` (409, the batch's key came with another body).
+        #: takes no result), ``reused`` (409, the batch's key came with another body) or
+        #: ``invalid`` (422, it cannot take that output).
         self.refused: dict[CallKey, set[str]] = {}
         #: Results accepted from each worker's POSTs: per (generation, Session), how
         #: many; per generation, of which calls.
@@ -399,6 +401,17 @@ class Server:
                 307, request=REQUEST, headers={"location": "http://elsewhere.invalid/v1/"}
             )
             raise client_status_error(response, None)
+        results = any(isinstance(event, dict) for event in events)
+        if results and world.chance(world.faults.post_invalid):
+            for event in events:
+                key = CallKey(session_id, event["turn_id"], event["call_id"])
+                self.refused.setdefault(key, set()).add("invalid")
+            raise status_error(
+                UnprocessableEntityError,
+                422,
+                "invalid_request_error",
+                "The result's output cannot be accepted.",
+            )
         if world.chance(world.faults.post_pending_409):
             raise status_error(
                 ConflictError,

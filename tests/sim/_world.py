@@ -20,6 +20,7 @@ Afterwards :meth:`World.check` asserts the runner's promises.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import random
@@ -146,6 +147,9 @@ class Faults:
     cancel_unseen: float = 0.0
     #: Functions that run longer than a lease.
     slow_function: float = 0.0
+    #: Results the server refuses for good (422: it cannot take that output); the Turn
+    #: then waits until a person settles the call.
+    post_invalid: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -175,6 +179,11 @@ class Faults:
         )
 
 
+#: How the server refuses a result that the runner must leave to a person (``rejected``):
+#: a call it does not know as pending (400) or an output it cannot take (422).
+REFUSED_FOR_GOOD = frozenset({"unknown", "invalid"})
+
+
 class World:
     """Everything one seed runs: clock, scheduler, server, store, workers."""
 
@@ -182,6 +191,11 @@ class World:
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = Faults.draw(self.rng)
+        # Drawn apart (as the timeout below), so seeds without it replay as before.
+        invalid = random.Random(f"post_invalid {seed}")
+        self.faults = dataclasses.replace(
+            self.faults, post_invalid=invalid.choice((0.0, 0.0, invalid.uniform(0, 0.05)))
+        )
         #: The functions' ``timeout``, drawn apart so that seeds without one replay the
         #: histories they had before timeouts were simulated.
         self.timeout = random.Random(f"timeout {seed}").choice((None, None, 0.05, 0.15))
@@ -455,7 +469,7 @@ class World:
                         outcome in ("submitted", "applied")
                         and (held is None or held != (record or unsaved).result)
                     )
-                    or (outcome == "rejected" and "unknown" not in refused)
+                    or (outcome == "rejected" and not refused & REFUSED_FOR_GOOD)
                     or (outcome == "conflict" and not refused & {"different", "reused"})
                     or (
                         outcome == "abandoned"
@@ -633,7 +647,7 @@ class World:
         for generation, report in self.reports:
             where = f"seed {self.seed}: sim-{generation}'s report on {report.session_id}"
             for key in report.rejected:
-                if "unknown" not in server.refused.get(key, ()):
+                if not server.refused.get(key, set()) & REFUSED_FOR_GOOD:
                     raise Violation(f"{where} lists {key.call_id} rejected; it was never refused")
             for key in report.conflicts:
                 if not server.refused.get(key, set()) & {"different", "reused"}:
@@ -694,7 +708,10 @@ class World:
             where = f"seed {self.seed}: {key.call_id} is {state.value}"
             if state in (CallState.SUBMITTED, CallState.APPLIED) and held != record.result:
                 raise Violation(f"{where}, but the server holds {held}")
-            if state is CallState.REJECTED and "unknown" not in server.refused.get(key, ()):
+            if (
+                state is CallState.REJECTED
+                and not server.refused.get(key, set()) & REFUSED_FOR_GOOD
+            ):
                 raise Violation(f"{where}, but the server never refused its result")
             if (
                 state is CallState.ABANDONED
