@@ -26,6 +26,7 @@ from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase, Serve
 from openagentcore.runner._driver import Driver
 from openagentcore.runner._effects import (
+    AskInDoubt,
     ClaimCall,
     Lookup,
     MarkInDoubt,
@@ -201,6 +202,8 @@ class SimRuntime:
             return future
         if lane is Lane.FUNCTIONS:
             self.runner.dispatching(work)
+        elif isinstance(work, functools.partial) and work.func is ask_in_doubt:
+            self.runner.asking(work.args[1])
         threads = self.lanes[lane]
         threads.queue.append((work, future, self.world.now))
         self._dispatch(lane)
@@ -390,6 +393,23 @@ class SimRunner(Driver):
         assert isinstance(effect, RunFunction)
         server = self.world.server
         self.known_at_dispatch[effect.key] = server.knows_since(self, effect.key.session_id)
+
+    def asking(self, effect: AskInDoubt) -> None:
+        """``on_in_doubt`` is asked about the call as the server and the store know it:
+        its function, its arguments, and the runs its record counts."""
+        world = self.world
+        call, record = world.server.call(effect.key), world.store.get(effect.key)
+        if call is None or (effect.function_name, effect.arguments) != (call.name, call.arguments):
+            wrong = f"{effect.function_name} {effect.arguments!r}"
+        elif record is not None and record.state is CallState.IN_DOUBT:
+            wrong = "" if effect.attempts == record.attempts else f"{effect.attempts} attempts"
+        else:
+            wrong = ""
+        if wrong and world.broken is None:
+            world.broken = Violation(
+                f"seed {world.seed}: {self._core.owner} asked on_in_doubt about "
+                f"{effect.key.call_id} as {wrong}; the server and the store hold {call}, {record}"
+            )
 
     def function_ends(self, work: Callable[[], Any]) -> None:
         """A function's thread is done with it. If its Turn's cancel reached the loop

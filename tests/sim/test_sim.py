@@ -497,6 +497,21 @@ def _force_stops_wait_for_functions(runner: SimRunner) -> None:
     core.stop = gentle  # type: ignore[method-assign]
 
 
+def _hooks_asked_about_the_first_attempt(runner: SimRunner) -> None:
+    """``on_in_doubt`` is told the call ran once, whatever its record counts: a hook
+    that allows one more run would allow it again and again."""
+    core = runner._core
+    take_effects = core.take_effects
+
+    def first_attempt(now: float) -> list[Any]:
+        return [
+            dataclasses.replace(effect, attempts=1) if isinstance(effect, AskInDoubt) else effect
+            for effect in take_effects(now)
+        ]
+
+    core.take_effects = first_attempt  # type: ignore[method-assign]
+
+
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
     for seed in seeds:
         broken = _violation(seed, mutate)
@@ -523,6 +538,7 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
         (_hook_reruns_refused, "rerun asked, failed in doubt after"),
         (_unknown_functions_always_failed, "failed as served by no function"),
         (_force_stops_wait_for_functions, "was stopped with force=True while"),
+        (_hooks_asked_about_the_first_attempt, "asked on_in_doubt about"),
     ],
 )
 def test_the_record_and_report_checks_find_a_runner_bug(
