@@ -277,7 +277,14 @@ class AuditedStore(MemoryResultStore):
 
     def _check_result(self, before: CallRecord, after: CallRecord) -> None:
         """A result is saved: who saved it, and its label, must fit what it says."""
-        from ._runner import CHECKED_BY_THE_APPLICATION, MAX_ATTEMPTS, _checking_hook
+        from ._runner import (
+            CHECKED_BY_THE_APPLICATION,
+            FAILED_BY_THE_APPLICATION,
+            MAX_ATTEMPTS,
+            _checking_hook,
+            _failing_hook,
+            _rerunning_hook,
+        )
 
         world, runner = self.world, self.caller
         result = after.result
@@ -292,16 +299,21 @@ class AuditedStore(MemoryResultStore):
             return
         if own and world.runs[after.key] < 1:
             self._fail(after, "a success saved for a function that never ran")
-        policy = result["success"] is False and result.get("error") == IN_DOUBT_ERROR
+        error = result.get("error") if result["success"] is False else None
+        policy = error in (IN_DOUBT_ERROR, FAILED_BY_THE_APPLICATION)
         checked = result["success"] is True and output == CHECKED_BY_THE_APPLICATION
         if policy or checked:
             if before.state is not CallState.IN_DOUBT:
                 self._fail(after, f"an in-doubt answer saved for a {before.state.value} call")
             hook = runner._on_in_doubt
-            if checked != (hook is _checking_hook and call.name == "charge"):
+            asked = call.name == "charge"  # an idempotent call is rerun, never asked about
+            if checked != (hook is _checking_hook and asked) or (
+                error == FAILED_BY_THE_APPLICATION
+            ) != (hook is _failing_hook and asked):
                 self._fail(after, f"its runner's in-doubt policy ({hook}) did not answer {result}")
-            if call.name == "reserve" and before.attempts < MAX_ATTEMPTS:
-                self._fail(after, f"idempotent, failed in doubt after {before.attempts} attempts")
+            rerun = call.name == "reserve" or (hook is _rerunning_hook and asked)
+            if rerun and before.attempts < MAX_ATTEMPTS:
+                self._fail(after, f"rerun asked, failed in doubt after {before.attempts} attempts")
             label = "failed" if policy else "result"
             if after.settled_by != label:
                 self._fail(after, f"answered in doubt, labelled {after.settled_by!r}")

@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import random
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from openagentcore import APIConnectionError, APIError, APITimeoutError
 from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
@@ -25,6 +26,7 @@ from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase, Serve
 from openagentcore.runner._driver import Driver
 from openagentcore.runner._effects import (
+    AskInDoubt,
     ClaimCall,
     Lookup,
     MarkInDoubt,
@@ -35,7 +37,7 @@ from openagentcore.runner._effects import (
     WriteMarks,
     perform_store,
 )
-from openagentcore.runner._pump import Message, ask_in_doubt, report_action
+from openagentcore.runner._pump import Message, Stop, ask_in_doubt, report_action
 from openagentcore.runner._registry import RegisteredFunction, describe_function
 from openagentcore.runner._runtime import HOOK_THREADS, Lane
 from openagentcore.store import CallKey, CallState, StoreKeyError, StoreUnavailableError
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKED_BY_THE_APPLICATION",
+    "FAILED_BY_THE_APPLICATION",
+    "IN_DOUBT_HOOKS",
     "LEASE_SECONDS",
     "MAX_ATTEMPTS",
     "UNREACHABLE_TIMEOUT",
@@ -87,6 +91,23 @@ CHECKED_BY_THE_APPLICATION = "checked by the application"
 
 def _checking_hook(call: InDoubtCall) -> InDoubtDecision:
     return InDoubtDecision.result(CHECKED_BY_THE_APPLICATION)
+
+
+#: The error ``_failing_hook`` fails a call in doubt with (its own words, not the default).
+FAILED_BY_THE_APPLICATION = "failed by the application: the charge may have gone through"
+
+
+def _failing_hook(call: InDoubtCall) -> InDoubtDecision:
+    return InDoubtDecision.fail(FAILED_BY_THE_APPLICATION)
+
+
+def _rerunning_hook(call: InDoubtCall) -> InDoubtDecision:
+    """Asks to run again: ``max_attempts`` (the default, for a charge) still caps it."""
+    return InDoubtDecision.rerun()
+
+
+#: The hooks a whole history's workers may share instead of their own draw, by name.
+IN_DOUBT_HOOKS = {"fail": _failing_hook, "rerun": _rerunning_hook}
 
 
 class _Lane:
@@ -181,6 +202,8 @@ class SimRuntime:
             return future
         if lane is Lane.FUNCTIONS:
             self.runner.dispatching(work)
+        elif isinstance(work, functools.partial) and work.func is ask_in_doubt:
+            self.runner.asking(work.args[1])
         threads = self.lanes[lane]
         threads.queue.append((work, future, self.world.now))
         self._dispatch(lane)
@@ -277,12 +300,25 @@ class SimRunner(Driver):
         world = self.world = worker.world
         self.worker = worker
         rng = world.rng
+        concurrency = rng.randint(1, 4)
+        hook = rng.choice((None, None, _raising_hook, _checking_hook))
+        if world.in_doubt_hook is not None:
+            hook = IN_DOUBT_HOOKS[world.in_doubt_hook]
+        # Some workers of the chaos serve one function only, and leave or fail the calls
+        # of the other (drawn apart, so that other histories replay as they did).
+        partial = random.Random(f"functions {world.seed} {worker.generation}")
+        #: The function this worker does not serve, if any, and what it does with its calls.
+        self.lacks: str | None = None
+        self.unknown: Literal["leave", "fail"] = "leave"
+        if world.chaos and partial.random() < 0.2:
+            self.lacks = partial.choice(_FUNCTIONS).name
+            self.unknown = partial.choice(("leave", "fail"))
         super().__init__(
             store=world.store,
-            max_concurrency=rng.randint(1, 4),
+            max_concurrency=concurrency,
             lease_seconds=LEASE_SECONDS,
-            unknown_functions="leave",
-            on_in_doubt=rng.choice((None, None, _raising_hook, _checking_hook)),
+            unknown_functions=self.unknown,
+            on_in_doubt=hook,
             poll_interval=0.3,
             shutdown_grace=rng.choice((0.0, 0.5, 2.0)),
             unreachable_timeout=UNREACHABLE_TIMEOUT,
@@ -290,6 +326,8 @@ class SimRunner(Driver):
         owner_closed(self._core.owner)  # a real owner id names this process:
         self._core.owner = f"sim-{worker.generation}"  # the store judges by lease alone
         for function in _FUNCTIONS:
+            if function.name == self.lacks:
+                continue
             counting = self._counting(function)
             self._registry.add(dataclasses.replace(function, func=counting, timeout=world.timeout))
         self.client = SimClient(self)  # type: ignore[assignment]
@@ -303,6 +341,11 @@ class SimRunner(Driver):
             return notes
 
         self._core.take_notes = noted  # type: ignore[method-assign]
+        #: The attempts running when a ``stop(force=True)`` reached the loop, for a
+        #: Session whose serve it stopped: each function must be told (``ctx.cancelled``).
+        self.force_stopped: set[tuple[CallKey, int]] = set()
+        #: When each Session's run of failed requests began (world time), if one runs.
+        self.failing_since: dict[str, float] = {}
         #: The attempts whose function this worker started.
         self.started: set[tuple[CallKey, int]] = set()
         #: The context each call's function was last started with.
@@ -351,6 +394,23 @@ class SimRunner(Driver):
         server = self.world.server
         self.known_at_dispatch[effect.key] = server.knows_since(self, effect.key.session_id)
 
+    def asking(self, effect: AskInDoubt) -> None:
+        """``on_in_doubt`` is asked about the call as the server and the store know it:
+        its function, its arguments, and the runs its record counts."""
+        world = self.world
+        call, record = world.server.call(effect.key), world.store.get(effect.key)
+        if call is None or (effect.function_name, effect.arguments) != (call.name, call.arguments):
+            wrong = f"{effect.function_name} {effect.arguments!r}"
+        elif record is not None and record.state is CallState.IN_DOUBT:
+            wrong = "" if effect.attempts == record.attempts else f"{effect.attempts} attempts"
+        else:
+            wrong = ""
+        if wrong and world.broken is None:
+            world.broken = Violation(
+                f"seed {world.seed}: {self._core.owner} asked on_in_doubt about "
+                f"{effect.key.call_id} as {wrong}; the server and the store hold {call}, {record}"
+            )
+
     def function_ends(self, work: Callable[[], Any]) -> None:
         """A function's thread is done with it. If its Turn's cancel reached the loop
         while it ran, the function was told: ``ctx.cancelled`` is set."""
@@ -359,7 +419,14 @@ class SimRunner(Driver):
         ctx = self.contexts.get(key)
         turn = world.server.sessions[key.session_id].turn(key.turn_id)
         assert turn is not None
-        if ctx is None or ctx.attempt != effect.attempt or turn.cancelled_at is None:
+        if ctx is None or ctx.attempt != effect.attempt:
+            return
+        if (key, effect.attempt) in self.force_stopped and not ctx.cancelled.is_set():
+            world.broken = world.broken or Violation(
+                f"seed {world.seed}: {self._core.owner} was stopped with force=True while "
+                f"{key.call_id} ran, and its function was never told (ctx.cancelled)"
+            )
+        if turn.cancelled_at is None:
             return
         known = world.server.knows_since(self, key.session_id)
         if known >= turn.cancelled_at and not ctx.cancelled.is_set() and world.broken is None:
@@ -375,8 +442,18 @@ class SimRunner(Driver):
             self.world.reports.append((self.worker.generation, serve.report))
 
     def seen(self, messages: list[Message]) -> None:
-        """The pump drained ``messages``: what they show of the server is known now."""
+        """The pump drained ``messages``: what they show of the server is known now, and
+        a ``stop(force=True)`` reaches the functions running for the serves it stops."""
         self.world.server.seen_by(self, messages)
+        core = self._core
+        for message in messages:
+            if isinstance(message, Stop) and message.force:
+                stopped = {s.session_id for s in core.serves.values() if s.id <= message.last_serve}
+                self.force_stopped.update(
+                    (call.key, call.attempts)
+                    for call in core.calls.values()
+                    if call.phase is Phase.RUNNING and call.key.session_id in stopped
+                )
 
     def _after_round(self) -> None:
         """``busy`` is kept incrementally; it must agree with a scan of every call."""
@@ -434,11 +511,19 @@ class SimRunner(Driver):
     # -- requests to the simulated server -------------------------------------------------
 
     async def request(
-        self, handle: Callable[[Server], T], timeout: float | None, *, write: bool = False
+        self,
+        handle: Callable[[Server], T],
+        timeout: float | None,
+        *,
+        write: bool = False,
+        session_id: str | None = None,
+        read: bool = False,
     ) -> T:
         """One HTTP request: it reaches the server after a latency (and is applied there
         even if its caller gave up), and its answer comes back after another, unless the
-        caller's ``timeout`` (this worker's seconds) passes first."""
+        caller's ``timeout`` (this worker's seconds) passes first. A failed request of a
+        Session starts (or continues) its run of failures, which only a ``read`` of it
+        that succeeds ends, as the runner counts them."""
         world = self.world
         rng, faults = world.rng, world.faults
         there = rng.uniform(0.0005, 0.03)
@@ -460,16 +545,25 @@ class SimRunner(Driver):
                 error = exc
             finally:
                 world.server.requester = None
-            world.at(
-                world.now + back,
-                lambda: answer.set_result(value) if error is None else answer.set_exception(error),
-            )
+            world.at(world.now + back, lambda: answered(value, error))
+
+        def answered(value: Any, error: APIError | None) -> None:
+            if answer.done():
+                return
+            if session_id is not None and error is not None:
+                self.failing_since.setdefault(session_id, world.now)
+            elif session_id is not None and read:
+                self.failing_since.pop(session_id, None)
+            if error is None:
+                answer.set_result(value)
+            else:
+                answer.set_exception(error)
 
         world.at(world.now + there, arrive)
         if timeout is not None and there + back > timeout / self.worker.rate:
             world.at(
                 world.now + timeout / self.worker.rate,
-                lambda: answer.set_exception(APITimeoutError(request=REQUEST)),
+                lambda: answered(None, APITimeoutError(request=REQUEST)),
             )
         return await answer
 
@@ -539,7 +633,9 @@ class _Sessions:
         self.items = _Items(runner)
 
     async def retrieve(self, session_id: str, *, timeout: float | None = None) -> Session:
-        return await self._runner.request(lambda server: server.snapshot(session_id), timeout)
+        return await self._runner.request(
+            lambda server: server.snapshot(session_id), timeout, session_id=session_id, read=True
+        )
 
 
 class _Events:
@@ -556,12 +652,17 @@ class _Events:
     ) -> None:
         batch = list(events)
         await self._runner.request(
-            lambda server: server.accept(session_id, batch, idempotency_key), timeout, write=True
+            lambda server: server.accept(session_id, batch, idempotency_key),
+            timeout,
+            write=True,
+            session_id=session_id,
         )
 
     async def stream(self, session_id: str) -> SimStream:
         stream = SimStream(self._runner, session_id)
-        return await self._runner.request(lambda server: server.subscribe(stream), None)
+        return await self._runner.request(
+            lambda server: server.subscribe(stream), None, session_id=session_id
+        )
 
 
 class _Turns:
@@ -572,7 +673,7 @@ class _Turns:
         self, turn_id: str, *, session_id: str, timeout: float | None = None
     ) -> Turn:
         return await self._runner.request(
-            lambda server: server.turn_snapshot(session_id, turn_id), timeout
+            lambda server: server.turn_snapshot(session_id, turn_id), timeout, session_id=session_id
         )
 
 
@@ -589,6 +690,8 @@ class _Items:
     async def _all(
         self, session_id: str, timeout: float | None, *, newest_first: bool
     ) -> AsyncIterator[Any]:
-        items = await self._runner.request(lambda server: server.items(session_id), timeout)
+        items = await self._runner.request(
+            lambda server: server.items(session_id), timeout, session_id=session_id
+        )
         for item in reversed(items) if newest_first else items:
             yield item

@@ -12,8 +12,11 @@ POST responses, 5xx, redirects, transient and final 409s, slow responses and req
 timeouts, calls announced before they accept results, dropped and duplicated stream
 events, cancelled and failed Turns, Turns that end before ``run_turn`` learns their id,
 functions that exit without a result or finish after their timeout, ``on_in_doubt``
-hooks that raise, workers killed at any effect boundary, and an operator who settles
-calls in doubt and answers refused results by hand (``calls resolve``) while workers run.
+hooks that raise, answer, fail in their own words or ask to rerun, workers that serve
+one function only (and leave or fail the calls of the other), ``stop()`` and
+``stop(force=True)`` while functions run, workers killed at any effect boundary, and an
+operator who settles calls in doubt and answers refused results by hand (``calls
+resolve``) while workers run.
 
 Afterwards :meth:`World.check` asserts the runner's promises.
 """
@@ -52,6 +55,7 @@ from openagentcore.store._records import MANUAL_RERUN
 from ._audit import AuditedStore, produced
 from ._runner import (
     CHECKED_BY_THE_APPLICATION,
+    FAILED_BY_THE_APPLICATION,
     LEASE_SECONDS,
     MAX_ATTEMPTS,
     UNREACHABLE_TIMEOUT,
@@ -203,6 +207,10 @@ class World:
         #: replay as they did before it was simulated.
         self.operator = random.Random(f"operator {seed}")
         self.operator_rate = self.operator.choice((0.0, 0.0, self.operator.uniform(0.5, 3.0)))
+        #: The ``on_in_doubt`` hook every worker shares in some histories (``fail`` with
+        #: the application's own error, or ``rerun``), instead of drawing its own.
+        hooks = random.Random(f"hooks {seed}")
+        self.in_doubt_hook: str | None = hooks.choice((None, None, None, "fail", "rerun"))
         #: The operator's last decision for each call it settled by hand.
         self.decisions: dict[CallKey, Decision] = {}
         #: Runs a person allowed on top of the function's own limit.
@@ -581,7 +589,9 @@ class World:
             for call in session.announced:
                 call_id = call.key.call_id
                 runs = self.runs[call.key]
-                limit = 1 if call.name == "charge" else MAX_ATTEMPTS
+                # A charge runs once, unless its hook asks to rerun it (capped as well).
+                rerun = call.name == "reserve" or self.in_doubt_hook == "rerun"
+                limit = MAX_ATTEMPTS if rerun else 1
                 limit += self.reruns_by_hand[call.key]
                 if runs > limit:
                     raise Violation(
@@ -619,6 +629,8 @@ class World:
                         f"seed {self.seed}: the server holds a result for {call_id} that differs "
                         "from the saved one"
                     )
+                if not accepted["success"]:
+                    self._check_failure(call, accepted["error"], runs)
                 if accepted["success"] and accepted.get("output", "").startswith(call.name):
                     if runs < 1:
                         raise Violation(f"seed {self.seed}: {call_id} succeeded without running")
@@ -630,13 +642,29 @@ class World:
                 elif (
                     not accepted["success"]
                     and accepted["error"] == IN_DOUBT_ERROR
-                    and call.name == "reserve"
+                    and rerun
                     and record.attempts < MAX_ATTEMPTS
                 ):
                     raise Violation(
-                        f"seed {self.seed}: idempotent {call_id} failed in doubt after "
+                        f"seed {self.seed}: {call_id}, to be rerun, failed in doubt after "
                         f"{record.attempts} attempts"
                     )
+
+    def _check_failure(self, call: ServerCall, error: str, runs: int) -> None:
+        """A call fails as served by no function only when a worker that lacks it was
+        told to fail such calls, and never after its function ran. (What the in-doubt
+        policy answers is checked as it is saved, in ``_audit``.)"""
+        if not error.startswith("No function named"):
+            return
+        failing = any(
+            worker.runner.lacks == call.name and worker.runner.unknown == "fail"
+            for worker in self.workers
+        )
+        if runs or not failing:
+            raise Violation(
+                f"seed {self.seed}: {call.key.call_id} failed as served by no function "
+                f"({runs} runs); no worker that lacks {call.name} was told to fail its calls"
+            )
 
     def _check_reports(self) -> None:
         """What each ``ServeReport`` says happened, happened: a call is reported refused,
@@ -659,11 +687,14 @@ class World:
                 assert turn is not None
                 if turn.status != "cancelled" and "cancelled" not in server.refused.get(key, ()):
                     raise Violation(f"{where} lists {key.call_id} abandoned; its Turn takes it")
+            lacks = {worker.generation: worker.runner.lacks for worker in self.workers}
             for key in report.in_doubt:
-                record = self.store.get(key)
-                if record is None or record.in_doubt_at is None:
+                record, call = self.store.get(key), server.call(key)
+                # A worker that cannot run a call may find its claim stale, not yet marked.
+                stale = call is not None and call.name == lacks[generation]
+                if record is None or (record.in_doubt_at is None and not stale):
                     raise Violation(f"{where} lists {key.call_id} in doubt; its record never was")
-            if report.left_pending:
+            if report.left_pending and lacks[generation] is None:
                 raise Violation(f"{where} left {report.left_pending} pending; it serves them all")
             runs = sum(
                 1
@@ -744,9 +775,10 @@ class World:
         if decision.kind != "rerun" or record.result is None:
             return
         result = record.result
-        by_policy = (result["success"] is False and result.get("error") == IN_DOUBT_ERROR) or (
-            result["success"] is True and result.get("output") == CHECKED_BY_THE_APPLICATION
-        )
+        by_policy = (
+            result["success"] is False
+            and result.get("error") in (IN_DOUBT_ERROR, FAILED_BY_THE_APPLICATION)
+        ) or (result["success"] is True and result.get("output") == CHECKED_BY_THE_APPLICATION)
         if by_policy and record.attempts == decision.attempts:
             raise Violation(
                 f"seed {self.seed}: {call_id} was cleared to run again by hand, but a "
@@ -811,6 +843,7 @@ class SimWorker:
         #: Workers' clocks disagree: leases must be judged by the store's clock alone.
         self.skew = world.rng.uniform(-1000.0, 1000.0)
         self.rate = world.rng.uniform(0.98, 1.02)
+        self.forcing = random.Random(f"force {world.seed} {generation}")
         self.runner = SimRunner(self)
         self.tasks: list[Task] = []
         #: The application's loops (serving, driving Turns) still running.
@@ -905,7 +938,7 @@ class SimWorker:
                 else:
                     await runner.serve(session_id, until="idle", timeout=timeout)
             except (RunnerError, APIError) as error:
-                self._gave_up_in_time(began, error)
+                self._gave_up_in_time(began, session_id, error)
             except ServeTimeout:
                 pass
             finally:
@@ -914,7 +947,7 @@ class SimWorker:
                 self._returned_in_time(began, timeout, f"serving {session_id}")
             await self.sleep(0.05, 0.5)
 
-    def _gave_up_in_time(self, began: float, error: Exception) -> None:
+    def _gave_up_in_time(self, began: float, session_id: str, error: Exception) -> None:
         """A serve gives up on a server that fails every request only once it failed
         for ``unreachable_timeout`` (docs/operations.md), never sooner."""
         cause = error.__cause__ if isinstance(error, RunnerError) else error
@@ -922,8 +955,11 @@ class SimWorker:
         if not isinstance(cause, failing):
             return  # a redirect ends a serve at once, as it should
         world = self.world
-        # The runner counts from the first failure it saw, on this serve or before it.
-        since = began if world.outage is None else min(began, world.outage[0])
+        # The runner counts from the first failure it saw, on this serve or before it
+        # (a run of failures only a read of the Session that succeeds ends).
+        since = min(began, self.runner.failing_since.get(session_id, began))
+        if world.outage is not None:
+            since = min(since, world.outage[0])
         served = (world.now - since) * self.rate
         if served < UNREACHABLE_TIMEOUT:
             raise Violation(
@@ -932,8 +968,10 @@ class SimWorker:
             )
 
     def _stop_serving(self) -> None:
+        """``stop()``, or in some histories ``stop(force=True)``: running functions are
+        told to stop too (drawn apart, so that other histories replay as they did)."""
         if self.alive:
-            self.runner.stop()
+            self.runner.stop(force=self.forcing.random() < 0.5)
 
     async def drive_turns(self, session_id: str) -> None:
         """Input after input on a Session no other client sends input to."""

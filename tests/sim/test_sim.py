@@ -17,9 +17,11 @@ from openagentcore.runner._core import Call, Serve
 from openagentcore.runner._effects import (
     AskInDoubt,
     CancelFunction,
+    InDoubtAnswer,
     Outcome,
     RunFunction,
     SessionOutcome,
+    Verdict,
 )
 from openagentcore.runner._pump import Reconnect, reconnectable
 from openagentcore.runner._pump import ask_in_doubt as ask_in_doubt_hook
@@ -457,6 +459,67 @@ def _held_leases_forgotten(runner: SimRunner) -> None:
     core._hold = forgetful  # type: ignore[method-assign]
 
 
+def _hook_errors_dropped(runner: SimRunner) -> None:
+    """The in-doubt policy keeps the ``fail`` of an ``on_in_doubt`` hook but not its
+    words: the call fails with the default error, not the application's."""
+    core = runner._core
+    answered = core.on_in_doubt_answer
+
+    def wordless(answer: InDoubtAnswer, now: float) -> None:
+        if answer.kind is Verdict.FAIL:
+            answer = InDoubtAnswer(answer.key, Verdict.FAIL)
+        answered(answer, now)
+
+    core.on_in_doubt_answer = wordless  # type: ignore[method-assign]
+
+
+def _hook_reruns_refused(runner: SimRunner) -> None:
+    """A hook's ``rerun`` is taken for ``fail``: a call its application asked to run
+    again (under ``max_attempts``) fails as in doubt instead."""
+    core = runner._core
+    answered = core.on_in_doubt_answer
+
+    def deaf(answer: InDoubtAnswer, now: float) -> None:
+        if answer.kind is Verdict.RERUN:
+            answer = InDoubtAnswer(answer.key, Verdict.FAIL)
+        answered(answer, now)
+
+    core.on_in_doubt_answer = deaf  # type: ignore[method-assign]
+
+
+def _unknown_functions_always_failed(runner: SimRunner) -> None:
+    """``unknown_functions="leave"`` is taken for ``"fail"``: a worker that lacks a
+    function answers its calls with a failure instead of leaving them to one that has it."""
+    runner._core.unknown_functions = "fail"
+
+
+def _force_stops_wait_for_functions(runner: SimRunner) -> None:
+    """``stop(force=True)`` is taken for ``stop()``: running functions are never told to
+    stop, and a shutdown waits them out."""
+    core = runner._core
+    stop = core.stop
+
+    def gentle(last_serve: int, *, force: bool = False) -> None:
+        stop(last_serve)
+
+    core.stop = gentle  # type: ignore[method-assign]
+
+
+def _hooks_asked_about_the_first_attempt(runner: SimRunner) -> None:
+    """``on_in_doubt`` is told the call ran once, whatever its record counts: a hook
+    that allows one more run would allow it again and again."""
+    core = runner._core
+    take_effects = core.take_effects
+
+    def first_attempt(now: float) -> list[Any]:
+        return [
+            dataclasses.replace(effect, attempts=1) if isinstance(effect, AskInDoubt) else effect
+            for effect in take_effects(now)
+        ]
+
+    core.take_effects = first_attempt  # type: ignore[method-assign]
+
+
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
     for seed in seeds:
         broken = _violation(seed, mutate)
@@ -479,6 +542,11 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
         (_gives_up_at_the_first_failure, "a serve gave up on the server after"),
         (_idle_serves_return_after_one_read, "while the Session is"),
         (_held_leases_forgotten, "yet its lease lapsed"),
+        (_hook_errors_dropped, "in-doubt policy"),
+        (_hook_reruns_refused, "rerun asked, failed in doubt after"),
+        (_unknown_functions_always_failed, "failed as served by no function"),
+        (_force_stops_wait_for_functions, "was stopped with force=True while"),
+        (_hooks_asked_about_the_first_attempt, "asked on_in_doubt about"),
     ],
 )
 def test_the_record_and_report_checks_find_a_runner_bug(
