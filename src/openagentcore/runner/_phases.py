@@ -106,6 +106,7 @@ MOVES: Mapping[tuple[Phase, Phase], str] = {
     (_P.RUNNING, _P.MARKING_IN_DOUBT): "ended without a result (SystemExit)",
     (_P.SAVING, _P.READY): "saved (the first saved result wins)",
     (_P.SAVING, _P.WAITING): "the save found it cleared to run again by hand",
+    (_P.SAVING, _P.DONE): "the save found its result refused for good, or it settled",
     # Posting the saved result.
     (_P.READY, _P.POSTING): "in the Session's next batch",
     (_P.READY, _P.DONE): "its Turn is known cancelled: kept, not posted (abandoned)",
