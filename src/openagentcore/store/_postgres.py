@@ -7,7 +7,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -321,15 +321,6 @@ class PostgresResultStore(SQLResultStore):
     def renew_lease(self, key: CallKey, *, owner: str, lease_seconds: float) -> bool:
         self._follow_lease(lease_seconds)
         return super().renew_lease(key, owner=owner, lease_seconds=lease_seconds)
-
-    def _write(
-        self,
-        work: Callable[[Transaction], T],
-        *,
-        synced: bool = True,
-        order: tuple[str, ...] | None = None,
-    ) -> T:
-        return self._group.run(work, synced=synced, order=order)
 
     def _interrupted(self) -> Exception:
         return StoreUnavailableError(

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from . import _rules
 from ._base import Clock, StoreBase, normalize_find_filters, validate_older_than
@@ -23,6 +23,9 @@ from ._records import (
     Liveness,
     process_liveness,
 )
+
+if TYPE_CHECKING:
+    from ._group import GroupCommit
 
 __all__ = ["MIGRATIONS", "Migration", "SQLResultStore", "Transaction"]
 
@@ -168,6 +171,9 @@ class SQLResultStore(StoreBase):
 
     #: Appended to the row read that precedes an update.
     _row_lock_clause: ClassVar[str] = ""
+    #: Runs the changes of several callers in one transaction (group commit), where the
+    #: store sets one up; else each change commits alone.
+    _group: GroupCommit | None = None
     #: The driver's parameter marker.
     _placeholder: ClassVar[str] = "?"
     #: Which of a migration's per-dialect statements apply.
@@ -238,8 +244,10 @@ class SQLResultStore(StoreBase):
         commit it without waiting for the disk. ``order`` is the key of the first row the
         change locks, so that changes sharing a transaction lock rows in one order. Every
         change goes through here, so a store can run several callers' work in one
-        transaction (group commit).
+        transaction (group commit): a store that sets ``_group`` does.
         """
+        if self._group is not None:
+            return self._group.run(work, synced=synced, order=order)
         with self._transaction() as tx:
             return work(tx)
 

@@ -7,7 +7,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -169,15 +169,6 @@ class SQLiteResultStore(SQLResultStore):
             if version != latest:
                 # PRAGMA takes no parameters; ``latest`` is an int from this module.
                 tx.execute(f"PRAGMA user_version = {latest:d}")
-
-    def _write(
-        self,
-        work: Callable[[Transaction], T],
-        *,
-        synced: bool = True,
-        order: tuple[str, ...] | None = None,
-    ) -> T:
-        return self._group.run(work, synced=synced, order=order)
 
     def _interrupted(self) -> Exception:
         return StoreUnavailableError(
