@@ -24,6 +24,7 @@ Afterwards :meth:`World.check` asserts the runner's promises.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import itertools
 import random
@@ -43,6 +44,7 @@ from openagentcore.runner import RunnerError, ServeReport, ServeTimeout
 from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase
 from openagentcore.runner._effects import CallSettled, CallStarted, LogNote, Note
+from openagentcore.runner._housekeeping import STORE_RETRY_MAX_DELAY
 from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
 from openagentcore.store import (
     CallKey,
@@ -79,6 +81,9 @@ FAILING_SERVER_RATE = 60
 #: How long the runner's store work may wait for one of the store's threads (each call
 #: takes at most 20 ms when the store works): a third of the lease, the renewal cadence.
 STORE_WAIT_LIMIT = LEASE_SECONDS / 3
+#: How long a stopped ``serve(until="forever")`` may take to return while the server
+#: and the store work (beyond the grace for running functions): a few posts and reads.
+STOP_LIMIT = 3.0
 #: Where the store's clock starts.
 STORE_EPOCH = 1_700_000_000.0
 #: How often the world looks at the leases of live workers.
@@ -604,7 +609,7 @@ class World:
                     continue
                 record = self.store.get(call.key)
                 if record is not None and record.late_outcome is not None:
-                    self._check_late(call, runs, record.late_outcome)
+                    self._check_late(call, runs, record)
                 if record is not None and call.key in self.decisions:
                     self._check_decision(record, self.decisions[call.key])
                 if accepted is None:
@@ -796,15 +801,29 @@ class World:
                 f"no worker crashed: {record.result}"
             )
 
-    def _check_late(self, call: ServerCall, runs: int, late: dict[str, Any]) -> None:
-        """A late outcome is what a function that ran past its timeout produced."""
+    def _check_late(self, call: ServerCall, runs: int, record: CallRecord) -> None:
+        """A late outcome is what a function produced after its result was settled: it
+        ran past its timeout, or another worker's in-doubt verdict was saved first (its
+        lease had lapsed while the store failed it)."""
+        late = record.late_outcome
+        assert late is not None
         produced = late.get("success") is True and late.get("output", "").startswith(call.name)
         ended = late.get("success") is False and late.get("error") == ENDED_WITHOUT_RESULT
-        if self.timeout is None or runs < 1 or not (produced or ended):
+        lost_race = record.settled_by is not None
+        if (self.timeout is None and not lost_race) or runs < 1 or not (produced or ended):
             raise Violation(
                 f"seed {self.seed}: {call.key.call_id} (timeout {self.timeout}, {runs} runs) "
                 f"kept a late outcome its function did not produce: {late}"
             )
+
+
+@dataclass
+class _StoppedServe:
+    """A ``serve(until="forever")`` that ``stop()`` must end."""
+
+    session_id: str
+    stopped_at: float | None = None
+    returned: bool = False
 
 
 @dataclass(frozen=True)
@@ -933,8 +952,12 @@ class SimWorker:
                 elif draw < 0.45:
                     # As a production worker serves: until stop(), past idle Sessions.
                     timeout = None
-                    world.later(1.0, 4.0, self._stop_serving)
-                    await runner.serve(session_id, until="forever")
+                    stopping = _StoppedServe(session_id)
+                    world.later(1.0, 4.0, functools.partial(self._stop_serving, stopping))
+                    try:
+                        await runner.serve(session_id, until="forever")
+                    finally:
+                        stopping.returned = True
                 else:
                     await runner.serve(session_id, until="idle", timeout=timeout)
             except (RunnerError, APIError) as error:
@@ -967,11 +990,39 @@ class SimWorker:
                 f"(unreachable_timeout {UNREACHABLE_TIMEOUT:g} s): {error!r}"
             )
 
-    def _stop_serving(self) -> None:
+    def _stop_serving(self, stopping: _StoppedServe) -> None:
         """``stop()``, or in some histories ``stop(force=True)``: running functions are
         told to stop too (drawn apart, so that other histories replay as they did)."""
-        if self.alive:
+        if self.alive and not stopping.returned:
+            stopping.stopped_at = self.world.now
             self.runner.stop(force=self.forcing.random() < 0.5)
+            self._returns_when_stopped(stopping)
+
+    def _returns_when_stopped(self, stopping: _StoppedServe) -> None:
+        """A stopped serve returns once its calls in flight are done: within
+        ``STOP_LIMIT`` (and the grace for running functions) while the server and the
+        store work, or that long after the store's next retry. Watched from outside, as
+        a serve that never returns runs into the end of the chaos. (It once waited for
+        the runner's clock to pass zero: a claim that failed in the store put its
+        Session's next read at ``max(read_at or 0.0, retry)``.)"""
+        world = self.world
+        stopped_at = stopping.stopped_at
+        assert stopped_at is not None
+        if stopping.returned or not self.alive or world.failed_between(stopped_at, world.now):
+            return  # a serve that must end gives up on a failing server (checked above)
+        allowed = (STOP_LIMIT + self.runner.shutdown_grace) / self.rate
+        due = stopped_at + allowed
+        troubled = world.troubled_at.get(self.generation, float("-inf"))
+        if troubled >= stopped_at - STORE_RETRY_MAX_DELAY:
+            due = max(due, troubled + STORE_RETRY_MAX_DELAY / self.rate + allowed)
+        if world.now < due:
+            world.at(due, functools.partial(self._returns_when_stopped, stopping))
+            return
+        raise Violation(
+            f"seed {world.seed}: a serve of {stopping.session_id} stopped at "
+            f"{stopped_at:.2f} s has not returned {world.now - stopped_at:.2f} s later, "
+            "while the server and the store work"
+        )
 
     async def drive_turns(self, session_id: str) -> None:
         """Input after input on a Session no other client sends input to."""

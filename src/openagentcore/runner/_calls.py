@@ -27,6 +27,7 @@ from ..store import (
     CallState,
     Claim,
     StoreUnavailableError,
+    UnknownCallError,
     arguments_hash,
 )
 from ..store._records import cleared_to_rerun, idempotency_key_for
@@ -335,6 +336,7 @@ class CallMachine(ServeTracker):
             self._rejected(call, record, now, newly=False)
         elif record.has_result():
             call.record = record
+            call.found_saved = True
             self._enter(call, Phase.READY, now)
             self._count(call.key.session_id, "results_resubmitted")
         elif call.function is None:
@@ -591,6 +593,7 @@ class CallMachine(ServeTracker):
             self._rejected(call, record, now, newly=False)
             return
         call.record = record
+        call.found_saved = attempted is None or not _same_result(record, attempted)
         self._enter(call, Phase.READY, now)
 
     def _lost_race(self, call: Call, outcome: dict[str, Any], record: CallRecord) -> None:
@@ -636,10 +639,12 @@ class CallMachine(ServeTracker):
         """A saved result of a Turn known cancelled, never sent (or only refused as too
         early): the Turn takes no result any more, so it is not posted, only to be
         refused with a 409. It stays saved; the record is marked ``abandoned``, as a
-        refused one would be: nothing is left to do for it. A result whose earlier POST
-        may have reached the server is posted again instead, for the server to say."""
+        refused one would be: nothing is left to do for it. A result that may have reached
+        the server (an earlier POST of it failed, or someone else saved it and may have
+        posted it) is posted again instead: the server takes an identical result again,
+        or refuses one it never stored, and only it can say which."""
         view = self._view(call.key.session_id)
-        if call.key.turn_id not in view.cancelled_turns or call.post_failures:
+        if call.key.turn_id not in view.cancelled_turns or call.post_failures or call.found_saved:
             return False
         self._say(
             logging.INFO,
@@ -762,6 +767,13 @@ class CallMachine(ServeTracker):
         self._done(call, Outcome.REJECTED)
 
     def _on_store_error(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
+        if isinstance(error, UnknownCallError) and isinstance(effect, (MarkInDoubt, TakeOver)):
+            # The record vanished: its worker gave back a claim it never ran. Nobody
+            # holds the call now, so read it again (and claim it afresh).
+            call.lease_held = False
+            self._move(call, Phase.LOOKING)
+            self._emit(call, Lookup(call.key), now)
+            return
         if not isinstance(error, StoreUnavailableError):
             self._on_store_refused(call, effect, error, now)
             return
@@ -775,7 +787,9 @@ class CallMachine(ServeTracker):
             self._unconfirmed[call.key] = 1
             self._forget(call)
             view = self._view(call.key.session_id)
-            view.read_at = max(view.read_at or 0.0, self._store_retry_at)
+            # A monotonic clock may read below zero: never default the earlier time to 0.0.
+            retry_at = self._store_retry_at
+            view.read_at = retry_at if view.read_at is None else max(view.read_at, retry_at)
             return
         call.retry = effect
         call.not_before = self._store_retry_at

@@ -88,6 +88,9 @@ class Call:
     not_before: float = 0.0
     #: POSTs that failed for a reason that may pass (backoff grows with them).
     post_failures: int = 0
+    #: Its result was saved by someone else (another worker, or an earlier life of this
+    #: one), who may have posted it: only the server can say whether it holds it.
+    found_saved: bool = False
     unknown_call_tries: int = 0
     #: When it became ready to post (results of one read linger to go together).
     ready_at: float = 0.0
