@@ -510,3 +510,34 @@ def test_a_record_that_vanishes_under_a_compare_and_set_is_claimed_afresh(step: 
     assert [lookup.key for lookup in _of(effects, Lookup)] == [claim.key]
     core.on_store_answer(StoreAnswer(_of(effects, Lookup)[0], LookupResult(None, stale=False)), 0.3)
     assert [again.key for again in _of(core.take_effects(0.3), ClaimCall)] == [claim.key]
+
+
+def test_calls_a_read_lists_beyond_the_free_slots_are_looked_up_not_left_waiting() -> None:
+    """A restart reads its Sessions and finds thousands of calls whose results it saved
+    before: waiting for a slot only for a claim to find each saved result resubmitted
+    them a slot's worth at a time (10,000 took 25 s). Calls beyond the free slots are
+    looked up at once; a saved result goes out without a slot."""
+    core = _core(max_concurrency=1)
+    _announce(core, 3, 0.0)
+
+    effects = core.take_effects(0.0)
+
+    assert [claim.key.call_id for claim in _of(effects, ClaimCall)] == ["call_0"]
+    lookups = _of(effects, Lookup)
+    assert [lookup.key.call_id for lookup in lookups] == ["call_1", "call_2"]
+    saved = _won(_of(effects, ClaimCall)[0], 0.0).value
+    assert isinstance(saved, Claim)
+    event = {"type": "agent.session.input.tool_result", "turn_id": TURN, "success": True}
+    with_result = replace(
+        saved.record,
+        key=lookups[0].key,
+        state=CallState.COMPLETED,
+        result={**event, "call_id": "call_1", "output": "charged 1"},
+        owner="worker-gone",
+    )
+    core.on_store_answer(StoreAnswer(lookups[0], LookupResult(with_result, stale=False)), 0.01)
+    core.on_store_answer(StoreAnswer(lookups[1], LookupResult(None, stale=False)), 0.01)
+    effects = core.take_effects(0.5)  # past the linger for other results of the Session
+    posted = [r.key.call_id for e in _of(effects, PostResults) for r in e.batch.records]
+    assert posted == ["call_1"]  # resubmitted while call_0 holds the only slot
+    assert _of(effects, ClaimCall) == []  # call_2 has no record: it waits for the slot

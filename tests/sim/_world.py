@@ -84,6 +84,8 @@ STORE_WAIT_LIMIT = LEASE_SECONDS / 3
 #: How long a stopped ``serve(until="forever")`` may take to return while the server
 #: and the store work (beyond the grace for running functions): a few posts and reads.
 STOP_LIMIT = 3.0
+#: How often a stopped serve's watch looks at the calls it waits for.
+STOP_WATCH_EVERY = 0.1
 #: Where the store's clock starts.
 STORE_EPOCH = 1_700_000_000.0
 #: How often the world looks at the leases of live workers.
@@ -823,6 +825,8 @@ class _StoppedServe:
 
     session_id: str
     stopped_at: float | None = None
+    #: When it must have returned by, as far as the watch has seen.
+    due: float = float("-inf")
     returned: bool = False
 
 
@@ -999,29 +1003,47 @@ class SimWorker:
             self._returns_when_stopped(stopping)
 
     def _returns_when_stopped(self, stopping: _StoppedServe) -> None:
-        """A stopped serve returns once its calls in flight are done: within
-        ``STOP_LIMIT`` (and the grace for running functions) while the server and the
-        store work, or that long after the store's next retry. Watched from outside, as
-        a serve that never returns runs into the end of the chaos. (It once waited for
-        the runner's clock to pass zero: a claim that failed in the store put its
-        Session's next read at ``max(read_at or 0.0, retry)``.)"""
+        """A stopped serve returns once the calls it had in flight are done: within
+        ``STOP_LIMIT`` (and the grace for running functions) of the last of them
+        running, or waiting for a slot or a hook, while the server and the store work
+        (or that long after the store's next retry). Watched from outside, as a serve
+        that never returns runs into the end of the chaos. (It once waited for the
+        runner's clock to pass zero: a claim that failed in the store put its Session's
+        next read at ``max(read_at or 0.0, retry)``.)"""
         world = self.world
         stopped_at = stopping.stopped_at
         assert stopped_at is not None
         if stopping.returned or not self.alive or world.failed_between(stopped_at, world.now):
             return  # a serve that must end gives up on a failing server (checked above)
         allowed = (STOP_LIMIT + self.runner.shutdown_grace) / self.rate
-        due = stopped_at + allowed
+        due = max(stopped_at + allowed, stopping.due)
+        if self._still_running(stopping.session_id):
+            due = max(due, world.now + allowed)
         troubled = world.troubled_at.get(self.generation, float("-inf"))
         if troubled >= stopped_at - STORE_RETRY_MAX_DELAY:
             due = max(due, troubled + STORE_RETRY_MAX_DELAY / self.rate + allowed)
+        stopping.due = due
         if world.now < due:
-            world.at(due, functools.partial(self._returns_when_stopped, stopping))
+            recheck = functools.partial(self._returns_when_stopped, stopping)
+            world.at(min(due, world.now + STOP_WATCH_EVERY), recheck)
             return
         raise Violation(
             f"seed {world.seed}: a serve of {stopping.session_id} stopped at "
             f"{stopped_at:.2f} s has not returned {world.now - stopped_at:.2f} s later, "
             "while the server and the store work"
+        )
+
+    def _still_running(self, session_id: str) -> bool:
+        """Whether a call a stopped serve of ``session_id`` waits for still runs, or
+        waits for a slot or for its ``on_in_doubt`` hook: those take what they take."""
+        core = self.runner._core
+        waits_for: set[CallKey] = set()
+        for serve in core.serves.values():
+            if serve.session_id == session_id and serve.stopping:
+                waits_for |= serve.finishing
+        working = (Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.DECIDING)
+        return any(
+            (call := core.calls.get(key)) is not None and call.phase in working for key in waits_for
         )
 
     async def drive_turns(self, session_id: str) -> None:

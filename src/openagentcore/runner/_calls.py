@@ -159,7 +159,7 @@ class CallMachine(ServeTracker):
             elif call.phase is Phase.RUNNING and call.deadline is not None:
                 due.append(call.deadline)
 
-    def _consider(self, pending: PendingCall, now: float) -> None:
+    def _consider(self, pending: PendingCall, now: float, *, read: bool = False) -> None:
         known = self.calls.get(pending.key)
         if known is not None and known.phase is Phase.DONE and known.outcome in _REDECIDE:
             self._forget(known)
@@ -197,7 +197,19 @@ class CallMachine(ServeTracker):
             self._move(call, Phase.CLAIMING)
             self._emit(call, self._claim_effect(call), now)
             return
+        if read and not self._slot_ready(call):
+            # A call a Session read lists may have a result saved before a restart: look
+            # it up now, rather than wait for a slot only for a claim to find it (a
+            # restart with thousands saved would resubmit them a slot's worth at a time).
+            self._emit(call, Lookup(call.key), now)
+            return
         self._wait_for_slot(call, self._claim_effect(call), now)
+
+    def _slot_ready(self, call: Call) -> bool:
+        """Whether a claim of ``call`` sent now would find a concurrency slot free, with
+        no call ahead of it in line."""
+        taken = self._running + len(self._reserved) + len(self._waiting)
+        return taken < self.max_concurrency and self._slot_free(call)
 
     def _wait_for_slot(self, call: Call, claim: ClaimCall | TakeOver, now: float) -> None:
         """Claim (or take over) ``call`` once a concurrency slot is free, not before."""
@@ -369,8 +381,12 @@ class CallMachine(ServeTracker):
         if record is None:
             if call.function is None:
                 self._leave_unknown(call, None, False)
-            else:  # re-checking a call whose record vanished: claim it afresh
+            else:  # never claimed, or its record vanished: claim it
                 self._wait_for_slot(call, self._claim_effect(call), now)
+            return
+        if call.function is not None and self._ours_unconfirmed(call, record):
+            # Our claim committed though its answer was lost: claiming again holds it.
+            self._wait_for_slot(call, self._claim_effect(call), now)
             return
         self._decide_existing(call, record, found.stale, now)
 

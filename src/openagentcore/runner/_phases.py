@@ -116,6 +116,7 @@ MOVES: Mapping[tuple[Phase, Phase], str] = {
     (_P.POSTING, _P.BACKOFF): "5xx, connection error, unrecognised 409",
     (_P.POSTING, _P.DONE): "conflict, Turn cannot accept, or refused (rejected)",
     (_P.BACKOFF, _P.POSTING): "its backoff is over",
+    (_P.BACKOFF, _P.DONE): "refused as too early, then its Turn known cancelled (abandoned)",
     (_P.POSTED, _P.DONE): "output Item seen (applied)",
 }
 
