@@ -130,8 +130,10 @@ class Directory(abc.ABC):
 
     # -- workers -----------------------------------------------------------------------
 
-    def heartbeat(self, worker_id: str) -> None:
-        """Say the worker is alive, on the directory's clock."""
+    def heartbeat(self, worker_id: str, *, joining: bool = False) -> None:
+        """Say the worker is alive, on the directory's clock. A worker ``joining``
+        tells the others (NOTIFY), so they give back their excess at once instead of
+        at their next round, up to seconds later, while it waits for its share."""
         with self._tx() as cur:
             cur.execute(
                 self._sql(
@@ -141,6 +143,8 @@ class Directory(abc.ABC):
                 ),
                 (self.group, worker_id),
             )
+            if joining:
+                self._notify(cur)
 
     def leave(self, worker_id: str) -> int:
         """Give back every Session the worker owns and remove it: the others take them
