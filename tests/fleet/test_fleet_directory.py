@@ -88,6 +88,25 @@ def test_two_workers_split_the_adopted_sessions_without_overlap(
     assert owners == {"a", "b"}
 
 
+def test_a_worker_takes_no_more_than_it_asks_for_while_others_are_live(
+    open_directory: Callable[[], Directory],
+) -> None:
+    """On PostgreSQL the LIMIT of the orphans' subquery did not bound the UPDATE (the
+    plan ran it again, its live-worker filter reading the clock): asked for its share
+    of 10 among 4 live workers, the first took all 40, and the others idled."""
+    directory = open_directory()
+    directory.adopt([(f"sess_{n:02}", "agent_a") for n in range(40)])
+    for worker in "abcd":
+        directory.heartbeat(worker)
+    plan, _ = directory.plan("a", ttl=60.0, slack=1, max_sessions=None)
+    assert plan.acquire == 10
+    assert len(directory.acquire("a", plan.acquire, ttl=60.0)) == 10
+    assert len(directory.acquire("b", 10, ttl=60.0)) == 10
+    owners = [owner for _, _, _, owner, _ in directory.status().sessions]
+    assert owners.count("a") == owners.count("b") == 10
+    assert owners.count(None) == 20
+
+
 def test_a_lapsed_worker_loses_its_sessions_and_is_fenced(
     open_directory: Callable[[], Directory],
 ) -> None:
