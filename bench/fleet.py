@@ -11,16 +11,20 @@ the store's claims. Timing starts when every worker has opened its store and is 
 go, and stops when the driver sees every Session idle. Prints a markdown table
 (median of ``--runs``) and writes ``bench/fleet_results.json``.
 
-With ``--mode agent split [all] --output FILE`` it compares, on PostgreSQL, workers that
-share the Sessions by themselves (``agent``: ``serve_agent`` on the Sessions' saved
-Agent; they find the Sessions by listing it), workers given a share each by hand
-(``split``) and workers that all serve every Session (``all``), and writes ``{"rows":
-[{"mode", "workers", "cpu_ms_per_call", "calls_per_s"}, ...]}`` (medians, with their
-spread, the statements the workers sent per call, and the agent/split ratio of each pair
-of runs made back to back) to FILE. The modes run interleaved ``--runs`` times. In every
-mode the Sessions exist before the workers start, the clock starts when every worker is
-told to go and stops when the driver sees every Session idle (it lists them every
-50 ms); ``agent`` workers are then stopped with SIGTERM.
+With ``--mode agent cold split [all] --output FILE`` it compares, on PostgreSQL, the
+same Sessions (of one saved Agent) served by workers that share them by themselves
+(``agent``: a running fleet, its workers joined before the Sessions exist and the driver
+adopts them all at once when the clock starts; ``cold``: the workers start together at
+the defaults over Sessions created before them, and find them by listing the Agent's),
+by workers given a share each by hand (``split``) and by workers that all serve every
+Session (``all``). The modes run interleaved ``--runs`` times (their order reversed on
+odd runs). The clock starts when every worker is told to go and stops when the driver
+sees every Session idle (it lists them every 50 ms); a worker's CPU and statements are
+counted over the same span (for ``split`` and ``all``, until the worker returns), so a
+fleet worker's hand-over on SIGTERM afterwards is not. FILE gets ``{"rows": [{"mode", "workers",
+"cpu_ms_per_call", "calls_per_s"}, ...]}`` (medians, with min and max, the statements
+the workers sent per call and the Sessions they acquired) and, per worker count, each
+fleet mode over ``split`` for every pair of runs made back to back.
 
 The PostgreSQL DSN comes from ``--dsn`` or ``OPENAGENTCORE_TEST_POSTGRES_DSN``; each
 run uses a fresh schema, dropped afterwards.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -39,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,6 +52,7 @@ from typing import Any
 
 from openagentcore import AsyncClient, Client
 from openagentcore.runner import AsyncFunctionRunner, FunctionRunner
+from openagentcore.runner._fleet_directory import PostgresDirectory
 from openagentcore.store import MemoryResultStore, PostgresResultStore, SQLiteResultStore
 
 RESULTS = Path(__file__).with_name("fleet_results.json")
@@ -59,8 +66,6 @@ EMULATOR_OPTIONS = ("--port", "0", "--keepalive", "5", "--scenario")
 
 #: Functions this worker process ran (the agent mode counts here: its serves come and go).
 RUNS = [0]
-#: The agent mode's ownership moves: Sessions acquired and released by this worker.
-MOVES = {"acquired": 0, "released": 0}
 
 
 def register(runner: FunctionRunner | AsyncFunctionRunner) -> None:
@@ -75,14 +80,18 @@ def worker_main(sessions_file: Path, store_spec: str, share: str) -> None:
     """Open the store, say ``ready``, wait for ``go`` on stdin, serve, print a summary
     (CPU seconds and statements sent from ``go`` on).
 
-    ``share`` is ``all``, ``I/N`` (serve every N-th Session starting at the I-th) or
-    ``agent:AGENT_ID`` (``serve_agent`` with the other workers until SIGTERM).
+    ``share`` is ``all``, ``I/N`` (serve every N-th Session starting at the I-th),
+    ``agent:AGENT_ID`` (``serve_agent`` with the other workers until SIGTERM, joining
+    the fleet before ``go`` and finding Sessions only when they are adopted) or
+    ``cold:AGENT_ID`` (``serve_agent`` from ``go`` on, at the defaults: the Sessions
+    are found by listing the Agent's).
     """
     from _statements import StatementCounter
 
     counter = StatementCounter()
     session_ids: list[str] = json.loads(sessions_file.read_text())
-    if share != "all" and not share.startswith("agent:"):
+    mode, _, agent_id = share.partition(":")
+    if mode not in ("all", "agent", "cold"):
         index, count = (int(part) for part in share.split("/"))
         session_ids = session_ids[index::count]
     kind, _, where = store_spec.partition(":")
@@ -92,19 +101,41 @@ def worker_main(sessions_file: Path, store_spec: str, share: str) -> None:
         schema, table = where.split(".")
         store = PostgresResultStore(os.environ[DSN_ENV], schema=schema, table=table)
     print("ready", flush=True)
-    sys.stdin.readline()
-    started = time.process_time()
-    store_before, fleet_before = counter.store, counter.fleet
-    if share.startswith("agent:"):
-        calls_run = asyncio.run(_serve_agent(share.removeprefix("agent:"), store))
+    marks: list[tuple[float, int, int]] = []
+
+    def mark() -> None:
+        marks.append((time.process_time(), counter.store, counter.fleet))
+
+    def go_then_done(go: bool) -> None:
+        """A fleet worker's clock: from ``go`` to ``done`` (all Sessions idle), then
+        ``noted``; what it does after (handing over on SIGTERM) is not counted."""
+        for _ in range(2 if go else 1):
+            sys.stdin.readline()
+            mark()
+        print("noted", flush=True)
+
+    if mode == "agent":  # joins before go
+        threading.Thread(target=go_then_done, args=(True,), daemon=True).start()
+        hour = 3600.0
+        calls_run = asyncio.run(
+            _serve_agent(agent_id, store, discovery_interval=hour, sweep_interval=hour)
+        )
+    elif mode == "cold":
+        sys.stdin.readline()
+        mark()
+        threading.Thread(target=go_then_done, args=(False,), daemon=True).start()
+        calls_run = asyncio.run(_serve_agent(agent_id, store))
     else:
+        sys.stdin.readline()
+        mark()
         calls_run = asyncio.run(_serve(session_ids, store))
+        mark()
+    (cpu_go, store_go, fleet_go), (cpu_end, store_end, fleet_end) = marks
     summary = {
         "calls_run": calls_run,
-        "cpu_seconds": time.process_time() - started,
-        "store_statements": counter.store - store_before,
-        "fleet_statements": counter.fleet - fleet_before,
-        **MOVES,
+        "cpu_seconds": cpu_end - cpu_go,
+        "store_statements": store_end - store_go,
+        "fleet_statements": fleet_end - fleet_go,
     }
     print(json.dumps(summary), flush=True)
 
@@ -125,14 +156,15 @@ async def _serve(session_ids: list[str], store: SQLiteResultStore | PostgresResu
     return sum(report.calls_run for report in reports)
 
 
-async def _serve_agent(agent_id: str, store: SQLiteResultStore | PostgresResultStore) -> int:
+async def _serve_agent(
+    agent_id: str, store: SQLiteResultStore | PostgresResultStore, **knobs: float
+) -> int:
     """Serve the Agent's Sessions with the other workers until SIGTERM."""
     async with AsyncClient() as client:
         runner = AsyncFunctionRunner(client, store=store)
         register(runner)
         try:
-            report = await runner.serve_agent(agent_id)
-            MOVES.update(acquired=report.acquired, released=report.released)
+            await runner.serve_agent(agent_id, **knobs)
         finally:
             await runner.close()
     return RUNS[0]
@@ -164,9 +196,9 @@ class RunResult:
     #: Statements the workers sent from ``go`` on: the result store's, the fleet's.
     store_statements: int = 0
     fleet_statements: int = 0
-    #: Sessions the workers took and gave back (``agent`` only; ideally the Sessions, 0).
+    #: Times a worker took a Session, until all were idle (the fleet modes; each Session
+    #: once at best).
     acquired: int = 0
-    released: int = 0
 
 
 class Emulator:
@@ -201,14 +233,9 @@ def tools() -> list[dict[str, Any]]:
 
 
 def one_run(workload: Workload, workers: int, store: str, dsn: str | None, mode: str) -> RunResult:
-    """Fresh emulator, store and Sessions (of one saved Agent, created before the
-    workers start); ``workers`` processes are told to go at once, and the clock stops
-    when the driver sees every Session idle (it lists them every 50 ms).
-
-    ``mode``: ``all`` (each worker serves every Session), ``split`` (a share each, by
-    hand) or ``agent`` (``serve_agent``: the workers find the Sessions by listing the
-    Agent's and share them by themselves; stopped with SIGTERM once all are idle).
-    """
+    """Fresh emulator, store and Sessions of one saved Agent; ``workers`` processes
+    are told to go at once, and the clock stops when the driver sees every Session idle
+    (see the module's docstring for the modes)."""
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         scenario_file = workdir / "scenario.json"
@@ -228,30 +255,54 @@ def one_run(workload: Workload, workers: int, store: str, dsn: str | None, mode:
             else:
                 spec = f"sqlite:{workdir / 'calls.db'}"
             agent = client.agents.create(name="bench", model="scripted", tools=tools())
-            session_ids = [
-                client.sessions.create(agent_id=agent.id, input=f"job {n}").id
-                for n in range(workload.sessions)
-            ]
+
+            def create_sessions() -> list[str]:
+                return [
+                    client.sessions.create(agent_id=agent.id, input=f"job {n}").id
+                    for n in range(workload.sessions)
+                ]
+
+            session_ids = [] if mode == "agent" else create_sessions()
             sessions_file = workdir / "sessions.json"
             sessions_file.write_text(json.dumps(session_ids))
             shares = {
                 "all": ["all"] * workers,
                 "split": [f"{index}/{workers}" for index in range(workers)],
                 "agent": [f"agent:{agent.id}"] * workers,
+                "cold": [f"cold:{agent.id}"] * workers,
             }[mode]
             command = [sys.executable, __file__, "worker", str(sessions_file), spec]
             processes = _start_workers(
                 [[*command, share] for share in shares], env, stdin=subprocess.PIPE
             )
+            if mode == "agent":
+                assert dsn is not None
+                directory = PostgresDirectory(dsn, schema=schema, table="calls")
+                while len(directory.status().workers) < workers:
+                    time.sleep(0.05)
+                session_ids = create_sessions()  # not listed by the workers for an hour
             started = time.perf_counter()
             for process in processes:
                 assert process.stdin is not None
                 process.stdin.write("go\n")
                 process.stdin.flush()
+            if mode == "agent":
+                directory.adopt([(session_id, agent.id) for session_id in session_ids])
+                directory.close()
             _wait_until_idle(client, agent.id, len(session_ids))
             seconds = time.perf_counter() - started
-            if mode == "agent":
+            acquired = 0
+            if mode in ("agent", "cold"):
+                assert dsn is not None
+                with contextlib.closing(PostgresDirectory(dsn, schema=schema, table="calls")) as d:
+                    acquired = sum(epoch for *_, epoch in d.status().sessions)
                 for process in processes:
+                    assert process.stdin is not None
+                    process.stdin.write("done\n")
+                    process.stdin.flush()
+                for process in processes:
+                    assert process.stdout is not None
+                    assert process.stdout.readline().strip() == "noted"
                     process.send_signal(signal.SIGTERM)
             summaries = []
             for process in processes:
@@ -266,8 +317,7 @@ def one_run(workload: Workload, workers: int, store: str, dsn: str | None, mode:
                 calls_run=sum(s["calls_run"] for s in summaries),
                 store_statements=sum(s["store_statements"] for s in summaries),
                 fleet_statements=sum(s["fleet_statements"] for s in summaries),
-                acquired=sum(s["acquired"] for s in summaries),
-                released=sum(s["released"] for s in summaries),
+                acquired=acquired,
             )
         finally:
             for process in processes:
@@ -322,7 +372,7 @@ def modes_main(args: argparse.Namespace) -> None:
                     f"run {run + 1}/{args.runs} {mode} x{workers}: "
                     f"{workload.total_calls / result.seconds:.1f} calls/s, "
                     f"{1000 * result.worker_cpu_seconds / workload.total_calls:.2f} ms CPU/call, "
-                    f"{result.acquired} acquired, {result.released} released",
+                    f"{result.acquired} acquired",
                     file=sys.stderr,
                 )
     total = workload.total_calls
@@ -340,6 +390,7 @@ def modes_main(args: argparse.Namespace) -> None:
                 "calls_per_s_spread": calls_per_s,
                 "store_statements_per_call": _spread([r.store_statements / total for r in results]),
                 "fleet_statements_per_call": _spread([r.fleet_statements / total for r in results]),
+                "acquired": _spread([r.acquired for r in results]),
                 "runs": [asdict(r) for r in results],
             }
         )
@@ -348,7 +399,7 @@ def modes_main(args: argparse.Namespace) -> None:
         "workload": {**asdict(workload), "total_calls": total},
         "runs_per_row": args.runs,
         "rows": rows,
-        "agent_vs_split": _ratios(runs, args.workers, total),
+        "fleet_vs_split": _ratios(runs, args.workers, total),
     }
     Path(args.output).write_text(json.dumps(document, indent=2) + "\n")
     print(modes_markdown(document))
@@ -357,25 +408,28 @@ def modes_main(args: argparse.Namespace) -> None:
 def _ratios(
     runs: dict[tuple[str, int], list[RunResult]], workers: list[int], total: int
 ) -> list[dict[str, Any]]:
-    """Per worker count, agent over split for each pair of runs made back to back."""
+    """Per fleet mode and worker count, fleet over split for each pair of runs made
+    back to back."""
     ratios = []
-    for count in workers:
-        agent, split = runs.get(("agent", count)), runs.get(("split", count))
-        if not agent or not split:
-            continue
-        pairs = list(zip(agent, split, strict=True))
-        cpu = _spread([a.worker_cpu_seconds / s.worker_cpu_seconds for a, s in pairs])
-        speed = _spread([s.seconds / a.seconds for a, s in pairs])
-        extra = _spread([(a.store_statements - s.store_statements) / total for a, s in pairs])
-        ratios.append(
-            {
-                "workers": count,
-                "cpu_ratio": cpu,
-                "calls_per_s_ratio": speed,
-                "extra_store_statements_per_call": extra,
-                "goal_met": cpu["median"] <= 1.1 and speed["median"] >= 0.9,
-            }
-        )
+    for mode in ("agent", "cold"):
+        for count in workers:
+            fleet, split = runs.get((mode, count)), runs.get(("split", count))
+            if not fleet or not split:
+                continue
+            pairs = list(zip(fleet, split, strict=True))
+            cpu = _spread([f.worker_cpu_seconds / s.worker_cpu_seconds for f, s in pairs])
+            speed = _spread([s.seconds / f.seconds for f, s in pairs])
+            extra = _spread([(f.store_statements - s.store_statements) / total for f, s in pairs])
+            ratios.append(
+                {
+                    "mode": mode,
+                    "workers": count,
+                    "cpu_ratio": cpu,
+                    "calls_per_s_ratio": speed,
+                    "extra_store_statements_per_call": extra,
+                    "goal_met": cpu["median"] <= 1.1 and speed["median"] >= 0.9,
+                }
+            )
     return ratios
 
 
@@ -387,8 +441,8 @@ def modes_markdown(document: dict[str, Any]) -> str:
         f"row, median [min-max]; {m['cores']} cores ({m['cpu']}), PostgreSQL {m['postgres']}.",
         "",
         "| mode | workers | calls/s | CPU ms/call | store statements/call "
-        "| fleet statements/call |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| fleet statements/call | Sessions acquired |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
     def cell(spread: dict[str, float], digits: int) -> str:
@@ -401,18 +455,19 @@ def modes_markdown(document: dict[str, Any]) -> str:
             f"| {row['mode']} | {row['workers']} | {cell(row['calls_per_s_spread'], 0)} | "
             f"{cell(row['cpu_ms_per_call_spread'], 2)} | "
             f"{cell(row['store_statements_per_call'], 2)} | "
-            f"{cell(row['fleet_statements_per_call'], 3)} |"
+            f"{cell(row['fleet_statements_per_call'], 3)} | "
+            f"{cell(row['acquired'], 0)} |"
         )
-    if document["agent_vs_split"]:
+    if document["fleet_vs_split"]:
         lines += [
             "",
-            "| workers | agent/split CPU per call | agent/split calls/s "
+            "| mode | workers | CPU per call / split's | calls/s / split's "
             "| extra store statements/call | goal met |",
-            "| ---: | ---: | ---: | ---: | --- |",
+            "| --- | ---: | ---: | ---: | ---: | --- |",
         ]
-        for ratio in document["agent_vs_split"]:
+        for ratio in document["fleet_vs_split"]:
             lines.append(
-                f"| {ratio['workers']} | {cell(ratio['cpu_ratio'], 2)} | "
+                f"| {ratio['mode']} | {ratio['workers']} | {cell(ratio['cpu_ratio'], 2)} | "
                 f"{cell(ratio['calls_per_s_ratio'], 2)} | "
                 f"{cell(ratio['extra_store_statements_per_call'], 2)} | "
                 f"{'yes' if ratio['goal_met'] else 'no'} |"
@@ -526,7 +581,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=4)
     parser.add_argument("--workers", type=int, nargs="+", default=list(POSTGRES_WORKERS))
-    parser.add_argument("--mode", nargs="+", choices=("agent", "split", "all"))
+    parser.add_argument("--mode", nargs="+", choices=("agent", "cold", "split", "all"))
     parser.add_argument("--output", default=str(RESULTS.with_name("fleet_modes.json")))
     args = parser.parse_args(argv)
     if args.mode:
