@@ -77,8 +77,10 @@ def register(runner: FunctionRunner | AsyncFunctionRunner) -> None:
 
 
 def worker_main(sessions_file: Path, store_spec: str, share: str) -> None:
-    """Open the store, say ``ready``, wait for ``go`` on stdin, serve, print a summary
-    (CPU seconds and statements sent from ``go`` on).
+    """Open the store and the runner, say ``ready``, wait for ``go`` on stdin, serve,
+    print a summary (CPU seconds and statements sent from ``go`` on). Setting up (the
+    client's TLS context, the store's first connection) comes before ``go`` in every
+    mode.
 
     ``share`` is ``all``, ``I/N`` (serve every N-th Session starting at the I-th),
     ``agent:AGENT_ID`` (``serve_agent`` with the other workers until SIGTERM, joining
@@ -100,7 +102,6 @@ def worker_main(sessions_file: Path, store_spec: str, share: str) -> None:
     else:
         schema, table = where.split(".")
         store = PostgresResultStore(os.environ[DSN_ENV], schema=schema, table=table)
-    print("ready", flush=True)
     marks: list[tuple[float, int, int]] = []
 
     def mark() -> None:
@@ -114,22 +115,35 @@ def worker_main(sessions_file: Path, store_spec: str, share: str) -> None:
             mark()
         print("noted", flush=True)
 
-    if mode == "agent":  # joins before go
-        threading.Thread(target=go_then_done, args=(True,), daemon=True).start()
-        hour = 3600.0
-        calls_run = asyncio.run(
-            _serve_agent(agent_id, store, discovery_interval=hour, sweep_interval=hour)
-        )
-    elif mode == "cold":
-        sys.stdin.readline()
-        mark()
-        threading.Thread(target=go_then_done, args=(False,), daemon=True).start()
-        calls_run = asyncio.run(_serve_agent(agent_id, store))
-    else:
-        sys.stdin.readline()
-        mark()
-        calls_run = asyncio.run(_serve(session_ids, store))
-        mark()
+    async def work() -> int:
+        async with AsyncClient() as client:
+            runner = AsyncFunctionRunner(client, store=store)
+            register(runner)
+            print("ready", flush=True)
+            try:
+                if mode == "agent":  # joins before go
+                    threading.Thread(target=go_then_done, args=(True,), daemon=True).start()
+                    hour = 3600.0
+                    await runner.serve_agent(agent_id, discovery_interval=hour, sweep_interval=hour)
+                    return RUNS[0]
+                await asyncio.to_thread(sys.stdin.readline)
+                mark()
+                if mode == "cold":
+                    threading.Thread(target=go_then_done, args=(False,), daemon=True).start()
+                    await runner.serve_agent(agent_id)
+                    return RUNS[0]
+                reports = await asyncio.gather(
+                    *(runner.serve(session_id, timeout=600) for session_id in session_ids)
+                )
+                mark()
+            finally:
+                await runner.close()
+        not_idle = [report.session_id for report in reports if report.final_status != "idle"]
+        if not_idle:
+            raise SystemExit(f"Sessions not idle at the end: {not_idle}")
+        return sum(report.calls_run for report in reports)
+
+    calls_run = asyncio.run(work())
     (cpu_go, store_go, fleet_go), (cpu_end, store_end, fleet_end) = marks
     summary = {
         "calls_run": calls_run,
@@ -138,36 +152,6 @@ def worker_main(sessions_file: Path, store_spec: str, share: str) -> None:
         "fleet_statements": fleet_end - fleet_go,
     }
     print(json.dumps(summary), flush=True)
-
-
-async def _serve(session_ids: list[str], store: SQLiteResultStore | PostgresResultStore) -> int:
-    async with AsyncClient() as client:
-        runner = AsyncFunctionRunner(client, store=store)
-        register(runner)
-        try:
-            reports = await asyncio.gather(
-                *(runner.serve(session_id, timeout=600) for session_id in session_ids)
-            )
-        finally:
-            await runner.close()
-    not_idle = [report.session_id for report in reports if report.final_status != "idle"]
-    if not_idle:
-        raise SystemExit(f"Sessions not idle at the end: {not_idle}")
-    return sum(report.calls_run for report in reports)
-
-
-async def _serve_agent(
-    agent_id: str, store: SQLiteResultStore | PostgresResultStore, **knobs: float
-) -> int:
-    """Serve the Agent's Sessions with the other workers until SIGTERM."""
-    async with AsyncClient() as client:
-        runner = AsyncFunctionRunner(client, store=store)
-        register(runner)
-        try:
-            await runner.serve_agent(agent_id, **knobs)
-        finally:
-            await runner.close()
-    return RUNS[0]
 
 
 # -- the driver --------------------------------------------------------------------------
