@@ -68,3 +68,23 @@ def test_the_application_hooks_run_on_the_hooks_lane() -> None:
     asyncio.run(main())
     assert lanes == [Lane.HOOKS, Lane.HOOKS]
     assert HOOK_THREADS >= 1
+
+
+def test_a_round_with_more_store_calls_than_threads_hands_them_over_in_batches() -> None:
+    """A restart's thousands of lookups in one round go to the store's threads in
+    batches (each hand-off costs about as much CPU as a lookup), lease renewals alone,
+    every call once and in order; a round that fits the threads sends each alone."""
+    from openagentcore.runner._driver import STORE_BATCH, store_batches
+    from openagentcore.runner._effects import Lookup, RenewLeases
+    from openagentcore.runner._runtime import STORE_THREADS
+    from openagentcore.store import CallKey
+
+    lookups = [Lookup(CallKey("sess", "turn", f"call_{n}")) for n in range(1000)]
+    renewal = RenewLeases(keys=(lookups[0].key,), owner="me", lease_seconds=10.0)
+    few = lookups[:STORE_THREADS]
+
+    assert store_batches(list(few)) == [[effect] for effect in few]
+    batches = store_batches([*lookups[:500], renewal, *lookups[500:]])
+    assert batches[0] == [renewal]
+    assert [effect for batch in batches[1:] for effect in batch] == lookups
+    assert max(len(batch) for batch in batches) == STORE_BATCH

@@ -28,8 +28,9 @@ from . import _pump as pump
 from ._base import RunnerError, ServeTimeout, closed_before_the_end
 from ._context import CallContext, cancel_call
 from ._core import Mode, Serve, heeds
+from ._effects import RenewLeases
 from ._execution import ReturnedAwaitable, await_returned, call_async, call_sync
-from ._runtime import Future, Inbox, Lane, Runtime, Settable
+from ._runtime import STORE_THREADS, Future, Inbox, Lane, Runtime, Settable
 from ._serving_async import AsyncServing
 
 __all__ = ["Driver"]
@@ -37,6 +38,26 @@ __all__ = ["Driver"]
 T = TypeVar("T")
 
 logger = logging.getLogger("openagentcore.runner")
+
+
+#: The most store calls one hand-off to a store thread carries, when a round has more
+#: than there are threads (a restart's thousands of lookups): each hand-off costs about
+#: as much CPU as a lookup, and a call that blocks holds back only its batch.
+STORE_BATCH = 16
+
+
+def store_batches(effects: list[pump.StoreEffect]) -> list[list[pump.StoreEffect]]:
+    """The round's store calls, grouped for the store's threads: one call each while
+    they fit the threads (no call waits behind another), else batches of at most
+    ``STORE_BATCH``. Lease renewals always go alone: nothing may hold them back."""
+    if len(effects) <= STORE_THREADS:
+        return [[effect] for effect in effects]
+    alone: list[list[pump.StoreEffect]] = [
+        [effect] for effect in effects if isinstance(effect, RenewLeases)
+    ]
+    rest: list[pump.StoreEffect] = [e for e in effects if not isinstance(e, RenewLeases)]
+    size = min(STORE_BATCH, -(-len(rest) // STORE_THREADS))
+    return alone + [rest[start : start + size] for start in range(0, len(rest), size)]
 
 
 class Driver(AsyncServing, abc.ABC):
@@ -187,11 +208,14 @@ class Driver(AsyncServing, abc.ABC):
             spent, self._round = self._round, self._rt.future()
             assert spent is not None
             spent.set_result(None)
-            for store_call in pump.carry(self, decided.effects):
-                self._offload(Lane.STORE, functools.partial(self._perform_store, store_call))
+            for batch in store_batches(pump.carry(self, decided.effects)):
+                self._offload(Lane.STORE, functools.partial(self._perform_stores, batch))
 
     def _after_round(self) -> None:
         """A look at the core after each round (the simulator checks its bookkeeping)."""
+
+    def _perform_stores(self, batch: list[pump.StoreEffect]) -> list[pump.StoreAnswer]:
+        return [self._perform_store(effect) for effect in batch]
 
     def _perform_store(self, effect: pump.StoreEffect) -> pump.StoreAnswer:
         """One store call, on a store thread: the store's I/O is an edge of the loop."""
@@ -249,8 +273,10 @@ class Driver(AsyncServing, abc.ABC):
                 logger.error("A runner task failed: %r", finished.exception())
                 return
             message = finished.result()
-            if message is not None and self._inbox is not None:
-                self._inbox.put(message)
+            if message is None or self._inbox is None:
+                return
+            for each in message if isinstance(message, list) else [message]:
+                self._inbox.put(each)
 
         future.add_done_callback(done)
 

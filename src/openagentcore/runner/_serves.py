@@ -236,12 +236,12 @@ class ServeTracker(Housekeeping, abc.ABC):
         if serve.until == "once":
             # One pass: a call not even looked at because the store is down is left
             # for the next pass (and counted in ``store_errors``), not waited for.
-            busy = any(
-                call.phase not in IDLE_PHASES
-                and not (call.phase in NOT_STARTED and call.retry is not None)
-                for call in view.calls.values()
+            if not serve.read_once or view.reading:
+                return False
+            return not any(  # ``unsettled``: the calls not in an idle phase
+                not (call.phase in NOT_STARTED and call.retry is not None)
+                for call in map(view.calls.__getitem__, view.unsettled)
             )
-            return serve.read_once and not busy and not view.reading
         if view.read_at is not None or view.reading:
             return False
         if serve.stopping:
