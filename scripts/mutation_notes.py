@@ -775,6 +775,73 @@ MUTANT_NOTES.update(
     }
 )
 
+_SAME_CODE = (
+    "is_idempotency_conflict compares the same code with the same spelling, so the "
+    "first test is redundant: either one decides alone"
+)
+_STR_HOLDS_MESSAGE = (
+    "_message is only given APIStatusErrors, whose str() is '{status}: {message} "
+    "(code=..., param=...)': it holds the message, and the phrases looked for (with "
+    "spaces) cannot come from the status or a code"
+)
+_NO_TYPE = (
+    "every content part, sent or stored, has a type: the default is never used (and "
+    "would be used alike on both sides compared)"
+)
+MUTANT_NOTES.update(
+    {
+        (
+            "x_classify_refusal",
+            'if code == "idempotency_conflict" or error.is_idempotency_conflict:',
+            'if code == "IDEMPOTENCY_CONFLICT" or error.is_idempotency_conflict:',
+        ): (EQUIVALENT, _SAME_CODE),
+        (
+            "x_classify_refusal",
+            'if code == "idempotency_conflict" or error.is_idempotency_conflict:',
+            'if code == "XXidempotency_conflictXX" or error.is_idempotency_conflict:',
+        ): (EQUIVALENT, _SAME_CODE),
+        (
+            "x__message",
+            'return str(getattr(error, "message", error)).lower()',
+            'return str(getattr(None, "message", error)).lower()',
+        ): (EQUIVALENT, _STR_HOLDS_MESSAGE),
+        (
+            "x__message",
+            'return str(getattr(error, "message", error)).lower()',
+            'return str(getattr(error, "XXmessageXX", error)).lower()',
+        ): (EQUIVALENT, _STR_HOLDS_MESSAGE),
+        (
+            "x__message",
+            'return str(getattr(error, "message", error)).lower()',
+            'return str(getattr(error, "MESSAGE", error)).lower()',
+        ): (EQUIVALENT, _STR_HOLDS_MESSAGE),
+        (
+            "x__message",
+            'return str(getattr(error, "message", error)).lower()',
+            'return str(getattr(error, "message", None)).lower()',
+        ): (EQUIVALENT, "every error _message is given has a message: the default is never used"),
+        ("xǁServeTrackerǁ_reads_due", "view.reads_sent += 1", "view.reads_sent += 2"): (
+            EQUIVALENT,
+            "reads_sent is only compared with a call's known_at_read, a copy of it: counting in twos keeps every comparison",
+        ),
+        (
+            "x_content_key",
+            'kind = str(getattr(part, "type", ""))',
+            'kind = str(getattr(part, "type", "XXXX"))',
+        ): (EQUIVALENT, _NO_TYPE),
+        (
+            "x_content_key",
+            'kind = str(getattr(part, "type", ""))',
+            'kind = str(getattr(part, "type", None))',
+        ): (EQUIVALENT, _NO_TYPE),
+        (
+            "xǁServeTrackerǁ_report_action",
+            "view.reported_actions.popitem(last=False)",
+            "view.reported_actions.popitem(last=None)",
+        ): (EQUIVALENT, "popitem takes last for its truth: None pops the oldest, as False does"),
+    }
+)
+
 #: Per function (mangled name, e.g. ``xǁRunnerCoreǁstop``), for its survivors on lines
 #: the simulator runs: the class and the reason or the scenario that would kill them.
 FUNCTION_NOTES: dict[str, tuple[str, str]] = {
