@@ -353,6 +353,9 @@ class SimRunner(Driver):
                     max_concurrency=world.limits.get(function.name),
                 )
             )
+        # The world's store stands for the database every worker shares: closing one
+        # worker closes its connections, not the database.
+        self._closes_store = False
         self.client = SimClient(self)  # type: ignore[assignment]
         self._rt = SimRuntime(worker, self)
         self._start_driver()

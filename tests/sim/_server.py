@@ -130,6 +130,8 @@ class ServerSession:
     snapshot: Session | None = None
     #: When the Session was deleted, if it was: every request about it is a 404 since.
     deleted_at: float | None = None
+    #: When the Session last changed (a Turn, a call, a result, a status).
+    changed_at: float = 0.0
 
     @property
     def active(self) -> ServerTurn | None:
@@ -294,6 +296,7 @@ class Server:
         """The Session's status or required actions may have changed: a Session event
         with its snapshot, if its status did."""
         session.snapshot = None
+        session.changed_at = self.world.now
         status = session.status
         if status != session.announced_status:
             session.announced_status = status

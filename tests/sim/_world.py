@@ -79,6 +79,10 @@ CHAOS_ENDS = 8.0
 #: must have returned: ``unreachable_timeout``, plus the longest reconnect delay (the
 #: runner's default ``reconnect_max_delay``) and a request's slowest round trip.
 GIVE_UP_WITHIN = UNREACHABLE_TIMEOUT + 2.0 + 1.0
+#: How long after its Session last changed the fault-free worker's serve of it must
+#: return: the output Item's way back, a read, the progress marks' write (flushed as soon
+#: as nothing else is left) and a few round trips (0.12 s at most in seeds 0-79).
+SETTLED_RETURN_WITHIN = 0.35
 #: How long after its worker was first told its Session is gone (a 404) a serve with no
 #: deadline must have ended: a round of the loop (the shortest grace is none).
 GONE_WITHIN = 0.05
@@ -342,6 +346,13 @@ class World:
         if self.deletion is not None:
             self.at(self.deletion, self._delete_a_session)
         self._check_leases()
+        # Some workers are closed by their application while they serve (drawn apart):
+        # close() returns once what they started is settled and marked, or when their
+        # grace runs out.
+        closing = random.Random(f"close {self.seed}")
+        for worker in self.workers:
+            if closing.random() < 0.3:
+                self.at(closing.uniform(0.5, CHAOS_ENDS - 2.5), worker.start_closing)
         self.run_until(CHAOS_ENDS)
         # Chaos ends: every worker dies, nothing fails any more, and one clean worker
         # settles everything that is left, as an operator's restart would, and
@@ -446,7 +457,7 @@ class World:
             return
         now = self.store_now()
         for worker in self.workers:
-            if not worker.alive:
+            if not worker.alive or worker.closed:
                 continue
             core = worker.runner._core
             troubled = self.troubled_at.get(worker.generation, float("-inf"))
@@ -1001,6 +1012,9 @@ class SimWorker:
         self.loops = 0
         #: When each serve with no deadline that must end in an outage began.
         self.deadline_less: set[float] = set()
+        #: Whether the application is closing this worker's runner, and has closed it.
+        self.closing = False
+        self.closed = False
         #: When the serve with no deadline of each Session began, while it runs.
         self.deadline_less_of: dict[str, float] = {}
 
@@ -1073,7 +1087,7 @@ class SimWorker:
 
     async def serve_until_idle(self, session_id: str) -> None:
         world, runner = self.world, self.runner
-        while world.chaos:
+        while world.chaos and not self.closing:
             timeout: float | None = world.rng.uniform(0.5, 4.0)
             began, draw = world.now, world.rng.random()
             try:
@@ -1155,7 +1169,7 @@ class SimWorker:
     async def drive_turns(self, session_id: str) -> None:
         """Input after input on a Session no other client sends input to."""
         world, runner = self.world, self.runner
-        while world.chaos:
+        while world.chaos and not self.closing:
             timeout, began = world.rng.uniform(0.3, 4.0), world.now
             try:
                 result = await runner.run_turn(session_id, "Go on.", timeout=timeout)
@@ -1165,13 +1179,41 @@ class SimWorker:
                 # Only a server that kept failing may end it so (every admitted input
                 # shows a Turn): its stream, its reads or its posts were given up on.
                 if not (
-                    world.failed_between(began, world.now) or isinstance(error.__cause__, APIError)
+                    world.failed_between(began, world.now)
+                    or isinstance(error.__cause__, APIError)
+                    or self.closing  # closed before its Turn ended, past the grace
                 ):
                     raise
             else:
-                world.server.check_turn_result(result)
+                if not self.closing:  # close() stops it: it returns the Turn as it was
+                    world.server.check_turn_result(result)
             self._returned_in_time(began, timeout, f"run_turn on {session_id}")
             await self.sleep(0.0, 0.5)
+
+    def start_closing(self) -> None:
+        if self.alive:
+            self.spawn_loop(self.close())
+
+    async def close(self) -> None:
+        """``close()`` returns within its grace, and the store is final when it returns
+        before the grace ran out: every result the server took from this worker is
+        marked ``submitted`` or ``applied``, none is left plain ``completed``."""
+        world, runner = self.world, self.runner
+        began = world.now
+        self.closing = True
+        await runner.close()
+        self.closed = True  # its pump has stopped: it renews no lease any more
+        self._returned_in_time(began, 0.0, "close()")
+        if world.now >= began + runner.shutdown_grace / self.rate - 0.01:
+            return  # out of grace: what is left is a restarted runner's to settle
+        for key in world.server.accepted_keys.get(self.generation, ()):
+            record = world.store.get(key)
+            if record is not None and record.state is CallState.COMPLETED:
+                raise Violation(
+                    f"seed {world.seed}: sim-{self.generation}'s close() returned before its "
+                    f"grace ran out, and left {key.call_id}, whose result the server took "
+                    "from it, unmarked"
+                )
 
     def finish_everything(self) -> None:
         """The final worker: no faults, so every call must settle and every Turn end;
@@ -1185,6 +1227,7 @@ class SimWorker:
             self.spawn_loop(self._final_turns(session_id))
 
     async def _settle(self, session_id: str) -> None:
+        began = self.world.now
         try:
             report = await self.runner.serve(session_id, until="idle", timeout=FINAL_TIMEOUT)
         except ServeTimeout:
@@ -1195,6 +1238,18 @@ class SimWorker:
         if session_id in self.world.served:
             self._settled_when_idle(session_id, report)
             self._counted_exactly(session_id, report)
+            self._returned_once_settled(session_id, began)
+
+    def _returned_once_settled(self, session_id: str, began: float) -> None:
+        """With no faults, ``serve(until="idle")`` returns soon after its Session last
+        changed (``SETTLED_RETURN_WITHIN``); it waits for nothing of other Sessions."""
+        world = self.world
+        settled = max(began, world.server.sessions[session_id].changed_at)
+        if world.now - settled > SETTLED_RETURN_WITHIN:
+            raise Violation(
+                f"seed {world.seed}: the final serve of {session_id} returned "
+                f"{world.now - settled:.2f} s after its Session last changed"
+            )
 
     def _counted_exactly(self, session_id: str, report: ServeReport) -> None:
         """The fault-free worker's one serve of a served Session reports exactly what

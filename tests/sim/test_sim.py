@@ -618,6 +618,29 @@ def _failed_functions_not_counted(runner: SimRunner) -> None:
     core._count = forgetful  # type: ignore[method-assign]
 
 
+def _close_leaves_marks_unwritten(runner: SimRunner) -> None:
+    """``close()`` waits for running calls only, not for the progress marks of the
+    results it posted."""
+    core = runner._core
+    settling = core.settling
+
+    def hasty(session_id: str | None = None) -> bool:
+        return core.busy() if session_id is None else settling(session_id)
+
+    core.settling = hasty  # type: ignore[method-assign]
+
+
+def _idle_serves_wait_for_every_session(runner: SimRunner) -> None:
+    """A serve waits until no Session of its runner is busy, not only its own."""
+    core = runner._core
+    settled = core._settled
+
+    def waiting(serve: Serve) -> bool:
+        return not core.busy() and settled(serve)
+
+    core._settled = waiting  # type: ignore[method-assign]
+
+
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
     for seed in seeds:
         broken = _violation(seed, mutate)
@@ -651,6 +674,8 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
         (_deleted_sessions_blamed_on_the_url, "(deleted) ended with RunnerError('Cannot serve"),
         (_lost_races_dropped, "and its outcome was not kept"),
         (_failed_functions_not_counted, "the final serve of"),
+        (_close_leaves_marks_unwritten, "unmarked"),
+        (_idle_serves_wait_for_every_session, "s after its Session last changed"),
         (_forever_serves_give_up, "a serve until forever gave up on a failing server"),
         (_give_ups_name_no_url, "gave up on a failing server with RunnerError('The server kept"),
     ],
