@@ -36,7 +36,10 @@ HOOK = (
 )
 #: An argument of a note the core leaves for the log (``self._say``): the world checks
 #: the notes about calls, not the log's.
-SAY = "[say] changes only what the core logs (self._say): the simulator checks call notes, not log lines"
+SAY = (
+    "[say] changes only a value the core logs (self._say): the simulator checks that each "
+    "log note can be logged (a standard level, arguments that format), not what it says"
+)
 UNKNOWN = (
     "[unknown] a chaos worker lacks a function (and leaves or fails its calls) in a "
     "fifth of the histories; these 20 seeds do not meet this case"
@@ -91,7 +94,11 @@ _RARE_BY_HAND = (
     "a result given by hand for a call in doubt is rare in these 20 seeds (the world "
     "checks it stands, when one is given)"
 )
-_PER_NAME = "no simulated function sets max_concurrency: per-function counts are never read"
+_PER_NAME = (
+    "per-function max_concurrency is simulated and checked (no function runs beyond its "
+    "limit on a worker), but these 20 seeds meet no limit together with a run that "
+    "outlives its timeout"
+)
 
 #: Per mutant, the class and the one-line reason. A mutant is named by what it changes
 #: (its function, and the first line it changes before and after), not by its number:
@@ -835,6 +842,11 @@ MUTANT_NOTES.update(
             'kind = str(getattr(part, "type", None))',
         ): (EQUIVALENT, _NO_TYPE),
         (
+            "x_encode_late_outcome",
+            'text.encode("utf-8")  # refuses lone surrogates, which no database stores',
+            'text.encode("UTF-8")  # refuses lone surrogates, which no database stores',
+        ): (EQUIVALENT, "codec names are case-insensitive"),
+        (
             "xǁServeTrackerǁ_report_action",
             "view.reported_actions.popitem(last=False)",
             "view.reported_actions.popitem(last=None)",
@@ -895,7 +907,8 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     ),
     "xǁRunnerCoreǁ_end_serves": (
         GAP,
-        "no serve(until='forever') in the simulator: it must outlive an outage",
+        "serve(until='forever') must outlive an outage (checked), but these 20 seeds give "
+        "none an outage while it serves",
     ),
     "xǁRunnerCoreǁ_on_lookup": (
         GAP,
