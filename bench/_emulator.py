@@ -9,6 +9,7 @@ commands read from stdin, one per line, with one JSON line each:
   with the same ruler.
 - ``stats``: events published so far, the server's CPU seconds, and how many result
   submissions it refused with 409.
+- ``streams``: the event streams open now, per Session with any.
 
 Running it in another process keeps the client's RSS and CPU its own.
 """
@@ -138,7 +139,9 @@ def main() -> None:
         print(json.dumps({"base_url": core.base_url, "api_key": core.api_key}), flush=True)
         for line in sys.stdin:
             command = line.strip()
-            if command:
+            if command == "streams":
+                print(json.dumps(core.stream_counts()), flush=True)
+            elif command:
                 print(json.dumps(recorder.answer(command)), flush=True)
 
 
@@ -187,6 +190,10 @@ class Emulator:
     def conflicts(self) -> int:
         """Result submissions the server refused with 409 so far."""
         return int(self.ask("stats")["conflicts"])
+
+    def streams(self) -> dict[str, int]:
+        """Event streams open now, per Session with any."""
+        return {session: int(count) for session, count in self.ask("streams").items()}
 
     def close(self) -> None:
         if self._process.stdin is not None:

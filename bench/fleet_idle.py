@@ -14,9 +14,9 @@ import asyncio
 import os
 import secrets
 import time
-from typing import Any
 
 import psycopg
+from _statements import StatementCounter
 
 from openagentcore import AsyncClient, Client
 from openagentcore.local import LocalCore
@@ -29,27 +29,8 @@ PARKED = 10_000
 SETTLE = 10.0
 
 
-class _Counted:
-    """Counts ``execute`` and ``executemany`` on every psycopg cursor."""
-
-    def __init__(self) -> None:
-        self.statements = 0
-        execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
-
-        def counted_execute(cursor: Any, *args: Any, **kwargs: Any) -> Any:
-            self.statements += 1
-            return execute(cursor, *args, **kwargs)
-
-        def counted_executemany(cursor: Any, *args: Any, **kwargs: Any) -> Any:
-            self.statements += 1
-            return executemany(cursor, *args, **kwargs)
-
-        psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
-        psycopg.Cursor.executemany = counted_executemany  # type: ignore[method-assign]
-
-
 async def measure(dsn: str, seconds: float) -> float:
-    counted = _Counted()
+    counted = StatementCounter()
     schema = f"oac_idle_{secrets.token_hex(4)}"
     try:
         with LocalCore() as core, Client(api_key=core.api_key, base_url=core.base_url) as sync:
@@ -71,9 +52,9 @@ async def measure(dsn: str, seconds: float) -> float:
             ]
             serving = [asyncio.create_task(runner.serve_agent(agent.id)) for runner in runners]
             await asyncio.sleep(SETTLE)
-            before, began = counted.statements, time.monotonic()
+            before, began = counted.total, time.monotonic()
             await asyncio.sleep(seconds)
-            rate = (counted.statements - before) / (time.monotonic() - began)
+            rate = (counted.total - before) / (time.monotonic() - began)
             for runner in runners:
                 runner.stop()
             await asyncio.gather(*serving)

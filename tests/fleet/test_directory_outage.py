@@ -115,6 +115,7 @@ async def cut_off_worker(
         sync.sessions.create(agent_id=agent.id, input=f"b{n}").id for n in range(SESSIONS)
     ]
     await until(lambda: owners() == Counter({cut_id: SESSIONS}), "the first worker took all")
+    held_before_the_cut = {s: epoch for s, _, _, _, epoch in watcher.status().sessions}
 
     proxy.blackhole()
     other_serving = asyncio.create_task(other.serve_agent(agent.id, **knobs))
@@ -129,7 +130,10 @@ async def cut_off_worker(
         lambda: any(w == cut_id and age < 1.0 for w, age, _ in watcher.status().workers),
         "the cut-off worker came back",
     )
-    assert cut_id not in owners()
+    # Fenced: it holds none of them at the epochs it had. It may be handed some again as
+    # its fair share (2 of 4), at newer epochs, once the other sees it back.
+    now = {s: (owner, epoch) for s, _, _, owner, epoch in watcher.status().sessions}
+    assert all(now[s] != (cut_id, epoch) for s, epoch in held_before_the_cut.items()), now
     gate.set()
 
     def settled() -> bool:

@@ -88,6 +88,25 @@ def test_two_workers_split_the_adopted_sessions_without_overlap(
     assert owners == {"a", "b"}
 
 
+def test_a_worker_takes_no_more_than_it_asks_for_while_others_are_live(
+    open_directory: Callable[[], Directory],
+) -> None:
+    """On PostgreSQL the LIMIT of the orphans' subquery did not bound the UPDATE (the
+    plan ran it again, its live-worker filter reading the clock): asked for its share
+    of 10 among 4 live workers, the first took all 40, and the others idled."""
+    directory = open_directory()
+    directory.adopt([(f"sess_{n:02}", "agent_a") for n in range(40)])
+    for worker in "abcd":
+        directory.heartbeat(worker)
+    plan, _ = directory.plan("a", ttl=60.0, slack=1, max_sessions=None)
+    assert plan.acquire == 10
+    assert len(directory.acquire("a", plan.acquire, ttl=60.0)) == 10
+    assert len(directory.acquire("b", 10, ttl=60.0)) == 10
+    owners = [owner for _, _, _, owner, _ in directory.status().sessions]
+    assert owners.count("a") == owners.count("b") == 10
+    assert owners.count(None) == 20
+
+
 def test_a_lapsed_worker_loses_its_sessions_and_is_fenced(
     open_directory: Callable[[], Directory],
 ) -> None:
@@ -130,6 +149,31 @@ def test_leave_hands_over_at_once_and_notifies(open_directory: Callable[[], Dire
     if isinstance(b, PostgresDirectory):
         listener.join()
         assert heard.is_set()
+
+
+def test_a_joining_worker_wakes_the_others_to_give_back_their_excess() -> None:
+    """Without it a busy worker holding every Session gave none back until its next
+    round (up to 3 s of back-off), while the new worker idled."""
+    dsn = os.environ.get(POSTGRES_DSN_ENV)
+    if not dsn:
+        pytest.skip(f"set {POSTGRES_DSN_ENV} to run against PostgreSQL")
+    import psycopg
+
+    schema = f"oac_fleet_{secrets.token_hex(4)}"
+    a, b = PostgresDirectory(dsn, schema=schema), PostgresDirectory(dsn, schema=schema)
+    try:
+        a.adopt(SESSIONS)
+        assert len(tick(a, "a")) == 10
+        a.wait(0.01)  # listening before b joins
+        b.heartbeat("b", joining=True)
+        assert a.wait(5.0), "a heard nothing of b joining"
+        b.heartbeat("b")  # later heartbeats say nothing
+        assert not a.wait(0.2)
+    finally:
+        a.close()
+        b.close()
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def test_a_parked_session_is_not_taken_until_adopted_again(

@@ -17,6 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,10 +30,15 @@ from openagentcore.runner._core import Phase, RunnerCore
 from openagentcore.runner._effects import (
     ClaimCall,
     Effect,
+    Lookup,
+    LookupResult,
+    MarkInDoubt,
+    PostResults,
     RenewLeases,
     RunFunction,
     SessionOutcome,
     StoreAnswer,
+    TakeOver,
 )
 from openagentcore.runner._registry import FunctionRegistry, describe_function
 from openagentcore.store import (
@@ -44,6 +50,7 @@ from openagentcore.store import (
     ResultStore,
     SQLiteResultStore,
     StoreUnavailableError,
+    UnknownCallError,
 )
 from openagentcore.store._sql import Transaction
 from openagentcore.types import FunctionCallAction, Session
@@ -442,3 +449,95 @@ def test_close_waits_for_the_result_of_a_call_a_timed_out_serve_left(
     harness.close()
 
     assert _state_in(path, contexts[0]) in (CallState.SUBMITTED, CallState.APPLIED)
+
+
+def reserve(seat: int) -> str:
+    """Reserve a seat (idempotent: reserving twice holds one seat)."""
+    return f"reserved {seat}"
+
+
+def _lost_to(effect: ClaimCall, state: CallState, now: float) -> StoreAnswer:
+    """The claim lost to another worker's record of attempt 1, stale by the store's clock."""
+    won = _won(effect, now - 2 * LEASE).value
+    assert isinstance(won, Claim)
+    record = replace(won.record, owner="worker-b", state=state)
+    return StoreAnswer(effect, Claim(won=False, record=record, stale=True))
+
+
+@pytest.mark.parametrize("step", ["mark_in_doubt", "take_over"])
+def test_a_record_that_vanishes_under_a_compare_and_set_is_claimed_afresh(step: str) -> None:
+    """Another worker gave back a claim it never ran (the record is deleted) while this one
+    was marking that claim in doubt, or taking the call over: the store finds no record.
+    Nobody holds the call, so it is read again and claimed afresh. Before the fix the
+    core treated the missing record as a result the store can never hold and moved the
+    call to posting a failure (from ``marking_in_doubt``, an ``IllegalMove``; simulator
+    seed 1947 once a claim's failure stopped delaying the Session's next read)."""
+    registry = FunctionRegistry()
+    registry.add(describe_function(charge))
+    registry.add(describe_function(reserve, idempotent=True))
+    core = RunnerCore(
+        registry,
+        owner="worker-a",
+        lease_seconds=LEASE,
+        max_concurrency=1,
+        unknown_functions="leave",
+        poll_interval=1.0,
+        in_doubt_hook=False,
+        action_hook=False,
+    )
+    name, arguments = (
+        ("charge", {"amount": 0}) if step == "mark_in_doubt" else ("reserve", {"seat": 0})
+    )
+    action = FunctionCallAction(turn_id=TURN, call_id="call_0", name=name, arguments=arguments)
+    session = Session.model_construct(
+        id=SESSION, status="requires_action", required_actions=[action], metadata={}, vault_ids=[]
+    )
+    serve = core.attach(SESSION, "idle", 0.0)
+    core.on_connected(serve, 0.0)
+    core.take_effects(0.0)
+    core.on_session_read(SessionOutcome(SESSION, session), 0.0)
+    (claim,) = _of(core.take_effects(0.0), ClaimCall)
+    lost_state = CallState.STARTED if step == "mark_in_doubt" else CallState.IN_DOUBT
+    core.on_store_answer(_lost_to(claim, lost_state, 0.1), 0.1)
+    kind: type[MarkInDoubt | TakeOver] = MarkInDoubt if step == "mark_in_doubt" else TakeOver
+    (compare_and_set,) = _of(core.take_effects(0.1), kind)  # type: ignore[type-abstract]
+
+    vanished = UnknownCallError(f"no record of {claim.key!r}; claim the call first")
+    core.on_store_answer(StoreAnswer(compare_and_set, error=vanished), 0.2)
+    effects = core.take_effects(0.2)
+
+    assert _of(effects, PostResults) == []
+    assert [lookup.key for lookup in _of(effects, Lookup)] == [claim.key]
+    core.on_store_answer(StoreAnswer(_of(effects, Lookup)[0], LookupResult(None, stale=False)), 0.3)
+    assert [again.key for again in _of(core.take_effects(0.3), ClaimCall)] == [claim.key]
+
+
+def test_calls_a_read_lists_beyond_the_free_slots_are_looked_up_not_left_waiting() -> None:
+    """A restart reads its Sessions and finds thousands of calls whose results it saved
+    before: waiting for a slot only for a claim to find each saved result resubmitted
+    them a slot's worth at a time (10,000 took 25 s). Calls beyond the free slots are
+    looked up at once; a saved result goes out without a slot."""
+    core = _core(max_concurrency=1)
+    _announce(core, 3, 0.0)
+
+    effects = core.take_effects(0.0)
+
+    assert [claim.key.call_id for claim in _of(effects, ClaimCall)] == ["call_0"]
+    lookups = _of(effects, Lookup)
+    assert [lookup.key.call_id for lookup in lookups] == ["call_1", "call_2"]
+    saved = _won(_of(effects, ClaimCall)[0], 0.0).value
+    assert isinstance(saved, Claim)
+    event = {"type": "agent.session.input.tool_result", "turn_id": TURN, "success": True}
+    with_result = replace(
+        saved.record,
+        key=lookups[0].key,
+        state=CallState.COMPLETED,
+        result={**event, "call_id": "call_1", "output": "charged 1"},
+        owner="worker-gone",
+    )
+    core.on_store_answer(StoreAnswer(lookups[0], LookupResult(with_result, stale=False)), 0.01)
+    core.on_store_answer(StoreAnswer(lookups[1], LookupResult(None, stale=False)), 0.01)
+    effects = core.take_effects(0.5)  # past the linger for other results of the Session
+    posted = [r.key.call_id for e in _of(effects, PostResults) for r in e.batch.records]
+    assert posted == ["call_1"]  # resubmitted while call_0 holds the only slot
+    assert _of(effects, ClaimCall) == []  # call_2 has no record: it waits for the slot

@@ -10,8 +10,6 @@ in exactly that order.
 
 from __future__ import annotations
 
-import pytest
-
 from openagentcore.runner._core import RunnerCore, Serve, content_key
 from openagentcore.runner._effects import (
     Lookup,
@@ -158,17 +156,12 @@ def test_run_turn_reads_the_turn_it_names_after_a_read_that_could_not_name_it() 
     assert [read.turn_id for read in reads] == [TURN]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect (issue 23): a result found saved for a cancelled Turn is marked "
-    "abandoned, though whoever saved it may have posted it; posting it instead (tried) "
-    "shifts the simulator onto three other shared-store label races (seeds 53, 591, 1467)",
-)
 def test_a_result_found_saved_for_a_cancelled_turn_is_posted_again_not_marked_abandoned() -> None:
     """A result this runner found in the store (another worker saved it, and may have
     posted it) for a Turn it knows cancelled: only the server can say whether it took
     the result, so it is posted again. Marking it ``abandoned`` told the operator the
-    server never got a result it had accepted (found by the simulator, seed 943)."""
+    server never got a result it had accepted (found by the simulator, seed 943; once a
+    failed claim stopped delaying its Session's next read, seeds 53 and 1022 too)."""
     key = CallKey(SESSION, TURN, "call_found")
     store = MemoryResultStore()
     store.claim(key, function_name="ship", arguments_hash="h", owner="w2", lease_seconds=60)

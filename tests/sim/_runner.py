@@ -39,6 +39,7 @@ from openagentcore.runner._effects import (
     WriteMarks,
     perform_store,
 )
+from openagentcore.runner._housekeeping import STORE_RETRY_MAX_DELAY
 from openagentcore.runner._pump import Message, Stop, ask_in_doubt, report_action
 from openagentcore.runner._registry import RegisteredFunction, describe_function
 from openagentcore.runner._runtime import HOOK_THREADS, Lane
@@ -497,7 +498,12 @@ class SimRunner(Driver):
                 )
 
     def _after_round(self) -> None:
-        """``busy`` is kept incrementally; it must agree with a scan of every call."""
+        """``busy`` is kept incrementally; it must agree with a scan of every call. And
+        no served Session waits for a read due further off than the longest wait the
+        runner's policy has (a poll, or a store retry): a serve, stopped or idle, cannot
+        return before that read (a failed claim once put it at clock 0.0, and a
+        monotonic clock may read below zero)."""
+        self._reads_due_soon()
         scanned = {
             call.key.session_id
             for call in self._core.calls.values()
@@ -507,6 +513,17 @@ class SimRunner(Driver):
             if self._core.busy(session_id) != (session_id in scanned):
                 raise Violation(
                     f"seed {self.world.seed}: busy({session_id}) disagrees with a scan of its calls"
+                )
+
+    def _reads_due_soon(self) -> None:
+        core, now = self._core, self._now()
+        limit = max(core.poll_interval, STORE_RETRY_MAX_DELAY)
+        for session_id, serves in core._serves_by_session.items():
+            read_at = core._next_read(core._view(session_id), serves.values())
+            if read_at is not None and read_at - now > limit + 1e-6:
+                raise Violation(
+                    f"seed {self.world.seed}: {self._core.owner}'s next read of {session_id} is "
+                    f"due in {read_at - now:.1f} s (the longest wait is {limit:g} s)"
                 )
 
     # -- the store's I/O, with faults ------------------------------------------------------

@@ -24,6 +24,7 @@ Afterwards :meth:`World.check` asserts the runner's promises.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import itertools
 import logging
@@ -47,6 +48,7 @@ from openagentcore.runner import RunnerError, ServeReport, ServeTimeout
 from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase
 from openagentcore.runner._effects import CallSettled, CallStarted, LogNote, Note
+from openagentcore.runner._housekeeping import STORE_RETRY_MAX_DELAY
 from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR, INTERNAL_ERROR
 from openagentcore.store import (
     CallKey,
@@ -91,6 +93,11 @@ FAILING_SERVER_RATE = 60
 #: How long the runner's store work may wait for one of the store's threads (each call
 #: takes at most 20 ms when the store works): a third of the lease, the renewal cadence.
 STORE_WAIT_LIMIT = LEASE_SECONDS / 3
+#: How long a stopped ``serve(until="forever")`` may take to return while the server
+#: and the store work (beyond the grace for running functions): a few posts and reads.
+STOP_LIMIT = 3.0
+#: How often a stopped serve's watch looks at the calls it waits for.
+STOP_WATCH_EVERY = 0.1
 #: Where the store's clock starts.
 STORE_EPOCH = 1_700_000_000.0
 #: How often the world looks at the leases of live workers.
@@ -948,25 +955,38 @@ class World:
             )
 
     def _check_late(self, call: ServerCall, runs: int, record: CallRecord) -> None:
-        """A late outcome is what a function produced that ran past its timeout, or that
-        finished after another worker's verdict on its call was saved (a lost race: the
-        saved result is that verdict, not the function's own)."""
+        """A late outcome is what a function produced after its result was settled: it
+        ran past its timeout, or another worker's in-doubt verdict was saved first (its
+        lease had lapsed while the store failed it; the saved result is that verdict)."""
         late = record.late_outcome
         assert late is not None
         own = late.get("success") is True and late.get("output") == produced(
             call.name, call.arguments
         )
-        ended = late.get("success") is False and late.get("error") in (
-            ENDED_WITHOUT_RESULT,
-            INTERNAL_ERROR if self.declines(call.key) else ENDED_WITHOUT_RESULT,
+        raised = (
+            late.get("success") is False
+            and late.get("error") == INTERNAL_ERROR
+            and self.declines(call.key)
         )
-        timed_out = self.timeout is not None and (own or ended)
-        lost_race = own and record.result != late
+        ended = late.get("success") is False and late.get("error") == ENDED_WITHOUT_RESULT
+        timed_out = self.timeout is not None and (own or raised or ended)
+        lost_race = (own or raised) and record.result != late
         if runs < 1 or not (timed_out or lost_race):
             raise Violation(
                 f"seed {self.seed}: {call.key.call_id} (timeout {self.timeout}, {runs} runs) "
                 f"kept a late outcome its function did not produce: {late}, beside {record.result}"
             )
+
+
+@dataclass
+class _StoppedServe:
+    """A ``serve(until="forever")`` that ``stop()`` must end."""
+
+    session_id: str
+    stopped_at: float | None = None
+    #: When it must have returned by, as far as the watch has seen.
+    due: float = float("-inf")
+    returned: bool = False
 
 
 @dataclass(frozen=True)
@@ -1102,8 +1122,12 @@ class SimWorker:
                     # As a production worker serves: until stop(), past idle Sessions.
                     timeout = None
                     self.deadline_less_of[session_id] = began
-                    world.later(1.0, 4.0, self._stop_serving)
-                    await runner.serve(session_id, until="forever")
+                    stopping = _StoppedServe(session_id)
+                    world.later(1.0, 4.0, functools.partial(self._stop_serving, stopping))
+                    try:
+                        await runner.serve(session_id, until="forever")
+                    finally:
+                        stopping.returned = True
                 else:
                     await runner.serve(session_id, until="idle", timeout=timeout)
             except (RunnerError, APIError) as error:
@@ -1160,11 +1184,57 @@ class SimWorker:
                 f"(unreachable_timeout {UNREACHABLE_TIMEOUT:g} s): {error!r}"
             )
 
-    def _stop_serving(self) -> None:
+    def _stop_serving(self, stopping: _StoppedServe) -> None:
         """``stop()``, or in some histories ``stop(force=True)``: running functions are
         told to stop too (drawn apart, so that other histories replay as they did)."""
-        if self.alive:
+        if self.alive and not stopping.returned:
+            stopping.stopped_at = self.world.now
             self.runner.stop(force=self.forcing.random() < 0.5)
+            self._returns_when_stopped(stopping)
+
+    def _returns_when_stopped(self, stopping: _StoppedServe) -> None:
+        """A stopped serve returns once the calls it had in flight are done: within
+        ``STOP_LIMIT`` (and the grace for running functions) of the last of them
+        running, or waiting for a slot or a hook, while the server and the store work
+        (or that long after the store's next retry). Watched from outside, as a serve
+        that never returns runs into the end of the chaos. (It once waited for the
+        runner's clock to pass zero: a claim that failed in the store put its Session's
+        next read at ``max(read_at or 0.0, retry)``.)"""
+        world = self.world
+        stopped_at = stopping.stopped_at
+        assert stopped_at is not None
+        if stopping.returned or not self.alive or world.failed_between(stopped_at, world.now):
+            return  # a serve that must end gives up on a failing server (checked above)
+        allowed = (STOP_LIMIT + self.runner.shutdown_grace) / self.rate
+        due = max(stopped_at + allowed, stopping.due)
+        if self._still_running(stopping.session_id):
+            due = max(due, world.now + allowed)
+        troubled = world.troubled_at.get(self.generation, float("-inf"))
+        if troubled >= stopped_at - STORE_RETRY_MAX_DELAY:
+            due = max(due, troubled + STORE_RETRY_MAX_DELAY / self.rate + allowed)
+        stopping.due = due
+        if world.now < due:
+            recheck = functools.partial(self._returns_when_stopped, stopping)
+            world.at(min(due, world.now + STOP_WATCH_EVERY), recheck)
+            return
+        raise Violation(
+            f"seed {world.seed}: a serve of {stopping.session_id} stopped at "
+            f"{stopped_at:.2f} s has not returned {world.now - stopped_at:.2f} s later, "
+            "while the server and the store work"
+        )
+
+    def _still_running(self, session_id: str) -> bool:
+        """Whether a call a stopped serve of ``session_id`` waits for still runs, or
+        waits for a slot or for its ``on_in_doubt`` hook: those take what they take."""
+        core = self.runner._core
+        waits_for: set[CallKey] = set()
+        for serve in core.serves.values():
+            if serve.session_id == session_id and serve.stopping:
+                waits_for |= serve.finishing
+        working = (Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.DECIDING)
+        return any(
+            (call := core.calls.get(key)) is not None and call.phase in working for key in waits_for
+        )
 
     async def drive_turns(self, session_id: str) -> None:
         """Input after input on a Session no other client sends input to."""

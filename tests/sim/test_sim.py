@@ -18,6 +18,8 @@ from openagentcore.runner._core import Call, Serve
 from openagentcore.runner._effects import (
     AskInDoubt,
     CancelFunction,
+    ClaimCall,
+    Effect,
     InDoubtAnswer,
     Outcome,
     RunFunction,
@@ -27,7 +29,14 @@ from openagentcore.runner._effects import (
 from openagentcore.runner._pump import Reconnect, reconnectable
 from openagentcore.runner._pump import ask_in_doubt as ask_in_doubt_hook
 from openagentcore.runner._runtime import Lane
-from openagentcore.store import CallKey, CallRecord, CallState, _rules
+from openagentcore.store import (
+    CallKey,
+    CallRecord,
+    CallState,
+    StoreUnavailableError,
+    UnknownCallError,
+    _rules,
+)
 
 from ._fleet import FleetWorld, run_fleet_seed
 from ._runner import SimRunner
@@ -247,6 +256,54 @@ def _cancels_read_from_the_session_ignored(runner: SimRunner) -> None:
     core.on_session_read = on_session_read_blind_to_cancels  # type: ignore[method-assign]
 
 
+def _failed_claims_read_again_at_clock_zero(runner: SimRunner) -> None:
+    """Reverts the fix for a stopped serve that never returned: a claim that failed in
+    the store put its Session's next read at ``max(read_at or 0.0, retry)``, and a
+    runner's monotonic clock may read below zero."""
+    core = runner._core
+    on_store_error = core._on_store_error
+
+    def on_store_error_from_zero(call: Call, effect: Effect, error: Exception, now: float) -> None:
+        view = core._view(call.key.session_id)
+        before = view.read_at
+        on_store_error(call, effect, error, now)
+        if isinstance(effect, ClaimCall) and isinstance(error, StoreUnavailableError):
+            view.read_at = max(before or 0.0, core._store_retry_at)
+
+    core._on_store_error = on_store_error_from_zero  # type: ignore[method-assign]
+
+
+def _found_results_of_cancelled_turns_kept_unsent(runner: SimRunner) -> None:
+    """Reverts the repost of a result found saved for a Turn known cancelled: it is
+    marked ``abandoned`` unsent, though whoever saved it may have posted it."""
+    core = runner._core
+    cancelled_unsent = core._cancelled_unsent
+
+    def as_if_saved_here(call: Call, now: float) -> bool:
+        found, call.found_saved = call.found_saved, False
+        try:
+            return cancelled_unsent(call, now)
+        finally:
+            call.found_saved = found
+
+    core._cancelled_unsent = as_if_saved_here  # type: ignore[method-assign]
+
+
+def _vanished_records_refused(runner: SimRunner) -> None:
+    """Reverts the answer to a record that vanished under a compare-and-set (its claim
+    given back): it is taken for a record the store can never hold."""
+    core = runner._core
+    on_store_error = core._on_store_error
+
+    def refused(call: Call, effect: Effect, error: Exception, now: float) -> None:
+        if isinstance(error, UnknownCallError):
+            core._on_store_refused(call, effect, error, now)
+            return
+        on_store_error(call, effect, error, now)
+
+    core._on_store_error = refused  # type: ignore[method-assign]
+
+
 def _a_read_raises_during_chaos(runner: SimRunner, fired: list[int] | None = None) -> None:
     """A bug in the core that only faults bring out: while the chaos lasts, handling a
     read of a served Session (only workers that serve, not drive, read those) raises.
@@ -294,6 +351,9 @@ def _violation(seed: int, mutate: Callable[[SimRunner], None] | None) -> str | N
     "mutation",
     [
         _a_read_raises_during_chaos,
+        _failed_claims_read_again_at_clock_zero,
+        _found_results_of_cancelled_turns_kept_unsent,
+        _vanished_records_refused,
         _hooks_share_the_store_threads,
         _serve_grace_unbounded,
         _failing_servers_never_given_up,

@@ -27,6 +27,7 @@ from ..store import (
     CallState,
     Claim,
     StoreUnavailableError,
+    UnknownCallError,
     arguments_hash,
 )
 from ..store._records import cleared_to_rerun, idempotency_key_for
@@ -158,7 +159,7 @@ class CallMachine(ServeTracker):
             elif call.phase is Phase.RUNNING and call.deadline is not None:
                 due.append(call.deadline)
 
-    def _consider(self, pending: PendingCall, now: float) -> None:
+    def _consider(self, pending: PendingCall, now: float, *, read: bool = False) -> None:
         known = self.calls.get(pending.key)
         if known is not None and known.phase is Phase.DONE and known.outcome in _REDECIDE:
             self._forget(known)
@@ -196,7 +197,19 @@ class CallMachine(ServeTracker):
             self._move(call, Phase.CLAIMING)
             self._emit(call, self._claim_effect(call), now)
             return
+        if read and not self._slot_ready(call):
+            # A call a Session read lists may have a result saved before a restart: look
+            # it up now, rather than wait for a slot only for a claim to find it (a
+            # restart with thousands saved would resubmit them a slot's worth at a time).
+            self._emit(call, Lookup(call.key), now)
+            return
         self._wait_for_slot(call, self._claim_effect(call), now)
+
+    def _slot_ready(self, call: Call) -> bool:
+        """Whether a claim of ``call`` sent now would find a concurrency slot free, with
+        no call ahead of it in line."""
+        taken = self._running + len(self._reserved) + len(self._waiting)
+        return taken < self.max_concurrency and self._slot_free(call)
 
     def _wait_for_slot(self, call: Call, claim: ClaimCall | TakeOver, now: float) -> None:
         """Claim (or take over) ``call`` once a concurrency slot is free, not before."""
@@ -335,6 +348,7 @@ class CallMachine(ServeTracker):
             self._rejected(call, record, now, newly=False)
         elif record.has_result():
             call.record = record
+            call.found_saved = True
             self._enter(call, Phase.READY, now)
             self._count(call.key.session_id, "results_resubmitted")
         elif call.function is None:
@@ -367,8 +381,12 @@ class CallMachine(ServeTracker):
         if record is None:
             if call.function is None:
                 self._leave_unknown(call, None, False)
-            else:  # re-checking a call whose record vanished: claim it afresh
+            else:  # never claimed, or its record vanished: claim it
                 self._wait_for_slot(call, self._claim_effect(call), now)
+            return
+        if call.function is not None and self._ours_unconfirmed(call, record):
+            # Our claim committed though its answer was lost: claiming again holds it.
+            self._wait_for_slot(call, self._claim_effect(call), now)
             return
         self._decide_existing(call, record, found.stale, now)
 
@@ -591,6 +609,7 @@ class CallMachine(ServeTracker):
             self._rejected(call, record, now, newly=False)
             return
         call.record = record
+        call.found_saved = attempted is None or not _same_result(record, attempted)
         self._enter(call, Phase.READY, now)
 
     def _lost_race(self, call: Call, outcome: dict[str, Any], record: CallRecord) -> None:
@@ -636,10 +655,12 @@ class CallMachine(ServeTracker):
         """A saved result of a Turn known cancelled, never sent (or only refused as too
         early): the Turn takes no result any more, so it is not posted, only to be
         refused with a 409. It stays saved; the record is marked ``abandoned``, as a
-        refused one would be: nothing is left to do for it. A result whose earlier POST
-        may have reached the server is posted again instead, for the server to say."""
+        refused one would be: nothing is left to do for it. A result that may have reached
+        the server (an earlier POST of it failed, or someone else saved it and may have
+        posted it) is posted again instead: the server takes an identical result again,
+        or refuses one it never stored, and only it can say which."""
         view = self._view(call.key.session_id)
-        if call.key.turn_id not in view.cancelled_turns or call.post_failures:
+        if call.key.turn_id not in view.cancelled_turns or call.post_failures or call.found_saved:
             return False
         self._say(
             logging.INFO,
@@ -762,6 +783,13 @@ class CallMachine(ServeTracker):
         self._done(call, Outcome.REJECTED)
 
     def _on_store_error(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
+        if isinstance(error, UnknownCallError) and isinstance(effect, (MarkInDoubt, TakeOver)):
+            # The record vanished: its worker gave back a claim it never ran. Nobody
+            # holds the call now, so read it again (and claim it afresh).
+            call.lease_held = False
+            self._move(call, Phase.LOOKING)
+            self._emit(call, Lookup(call.key), now)
+            return
         if not isinstance(error, StoreUnavailableError):
             self._on_store_refused(call, effect, error, now)
             return
@@ -775,7 +803,9 @@ class CallMachine(ServeTracker):
             self._unconfirmed[call.key] = 1
             self._forget(call)
             view = self._view(call.key.session_id)
-            view.read_at = max(view.read_at or 0.0, self._store_retry_at)
+            # A monotonic clock may read below zero: never default the earlier time to 0.0.
+            retry_at = self._store_retry_at
+            view.read_at = retry_at if view.read_at is None else max(view.read_at, retry_at)
             return
         call.retry = effect
         call.not_before = self._store_retry_at

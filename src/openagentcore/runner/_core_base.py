@@ -88,6 +88,9 @@ class Call:
     not_before: float = 0.0
     #: POSTs that failed for a reason that may pass (backoff grows with them).
     post_failures: int = 0
+    #: Its result was saved by someone else (another worker, or an earlier life of this
+    #: one), who may have posted it: only the server can say whether it holds it.
+    found_saved: bool = False
     unknown_call_tries: int = 0
     #: When it became ready to post (results of one read linger to go together).
     ready_at: float = 0.0
@@ -122,6 +125,9 @@ class Serve:
     until: Mode
     report: ServeReport
     stopping: bool = False
+    #: Once stopping: the calls of its Session in flight when it was stopped, the only
+    #: ones it still waits for (later serves of the Session see theirs through).
+    finishing: frozenset[CallKey] = frozenset()
     connected: bool = False
     read_once: bool = False
     fatal: Exception | None = None
@@ -267,6 +273,8 @@ class CoreBase:
         #: Calls keeping a concurrency slot without running (``_SLOT_PHASES``): with
         #: the running ones, never more than ``max_concurrency``.
         self._reserved: dict[CallKey, Call] = {}
+        #: Calls waiting for a slot, in line behind those.
+        self._waiting: dict[CallKey, Call] = {}
         self._store_failures = 0
         self._store_retry_at = float("-inf")  # monotonic clocks may start anywhere
 
@@ -303,6 +311,10 @@ class CoreBase:
             self._reserved[call.key] = call
         elif self._reserved.get(call.key) is call:
             del self._reserved[call.key]
+        if phase is Phase.WAITING and self.calls.get(call.key) is call:
+            self._waiting[call.key] = call
+        elif self._waiting.get(call.key) is call:
+            del self._waiting[call.key]
         view = self._sessions.get(call.key.session_id)
         if view is None or view.calls.get(call.key) is not call:
             return  # forgotten: a late answer moves it, but nobody waits on it
@@ -314,6 +326,8 @@ class CoreBase:
     def _forget(self, call: Call) -> None:
         if self._reserved.get(call.key) is call:
             del self._reserved[call.key]
+        if self._waiting.get(call.key) is call:
+            del self._waiting[call.key]
         self.calls.pop(call.key, None)
         self._watch.pop(call.key, None)
         view = self._view(call.key.session_id)

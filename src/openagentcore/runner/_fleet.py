@@ -214,6 +214,8 @@ class _Worker:
         self.following: dict[str, tuple[int, asyncio.Task[None]]] = {}
         #: The newest Session listed per Agent: discovery lists only those after it.
         self.cursors: dict[str, str | None] = dict.fromkeys(self.agent_ids)
+        #: Whether a heartbeat reached the directory (the first one tells the others).
+        self._joined = False
         # Threads of its own: in asyncio's shared default pool (a few threads on a small
         # machine) the workers of one process queued behind each other's waits, a
         # statement timed out in the queue and its directory was interrupted.
@@ -324,7 +326,8 @@ class _Worker:
         """One round; True if it changed what this worker follows."""
         directory, options, worker = self.directory, self.options, self.report.worker_id
         before = (self.report.acquired, self.report.released, self.report.fenced)
-        await self._db(directory.heartbeat, worker)
+        await self._db(directory.heartbeat, worker, joining=not self._joined)
+        self._joined = True
         plan, held = await self._db(
             directory.plan,
             worker,

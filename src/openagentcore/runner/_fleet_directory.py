@@ -130,8 +130,10 @@ class Directory(abc.ABC):
 
     # -- workers -----------------------------------------------------------------------
 
-    def heartbeat(self, worker_id: str) -> None:
-        """Say the worker is alive, on the directory's clock."""
+    def heartbeat(self, worker_id: str, *, joining: bool = False) -> None:
+        """Say the worker is alive, on the directory's clock. A worker ``joining``
+        tells the others (NOTIFY), so they give back their excess at once instead of
+        at their next round, up to seconds later, while it waits for its share."""
         with self._tx() as cur:
             cur.execute(
                 self._sql(
@@ -141,6 +143,8 @@ class Directory(abc.ABC):
                 ),
                 (self.group, worker_id),
             )
+            if joining:
+                self._notify(cur)
 
     def leave(self, worker_id: str) -> int:
         """Give back every Session the worker owns and remove it: the others take them
@@ -211,20 +215,28 @@ class Directory(abc.ABC):
             return []
         live_sql = self._live_workers_sql()
         orphan = f"state = 'active' AND (owner IS NULL OR owner NOT IN ({live_sql}))"
+        # The orphans are picked once, in a materialized CTE: as a subquery of the
+        # UPDATE, PostgreSQL planned a nested loop that ran it again for each candidate
+        # row, so its LIMIT bounded nothing and a worker asked for its share took every
+        # orphan. The picked rows stay locked (on SQLite the file does), so they are
+        # still orphans when updated.
         with self._tx() as cur:
             rows = cur.execute(
                 self._sql(
+                    f"WITH picked AS{self._materialized} (SELECT session_id "
+                    f"FROM {self._sessions} WHERE group_name = %s AND {orphan} "
+                    f"ORDER BY updated_at, session_id LIMIT %s{self._skip_locked}) "
                     f"UPDATE {self._sessions} SET owner = %s, epoch = epoch + 1, "
-                    f"updated_at = {self._now} WHERE group_name = %s AND {orphan} "
-                    f"AND session_id IN (SELECT session_id FROM {self._sessions} "
-                    f"WHERE group_name = %s AND {orphan} ORDER BY updated_at, session_id "
-                    f"LIMIT %s{self._skip_locked}) RETURNING session_id, agent_id, epoch"
+                    f"updated_at = {self._now} WHERE group_name = %s "
+                    "AND session_id IN (SELECT session_id FROM picked) "
+                    "RETURNING session_id, agent_id, epoch"
                 ),
-                (worker_id, self.group, self.group, ttl, self.group, self.group, ttl, count),
+                (self.group, self.group, ttl, count, worker_id, self.group),
             ).fetchall()
         return [Taken(str(s), str(a), int(e)) for s, a, e in rows]
 
     _skip_locked = ""
+    _materialized = ""
 
     def release(self, worker_id: str, held: Iterable[tuple[str, int]]) -> int:
         """Give back Sessions the worker holds at these epochs (fenced: a Session taken
@@ -327,6 +339,7 @@ class PostgresDirectory(Directory):
     _p = "%s"
     _now = "extract(epoch from clock_timestamp())::float8"
     _skip_locked = " FOR UPDATE SKIP LOCKED"
+    _materialized = " MATERIALIZED"
 
     def __init__(
         self,

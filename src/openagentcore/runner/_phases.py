@@ -86,7 +86,7 @@ MOVES: Mapping[tuple[Phase, Phase], str] = {
     (_P.MARKING_IN_DOUBT, _P.WAITING): "idempotent, attempts below max_attempts",
     (_P.MARKING_IN_DOUBT, _P.DECIDING): "on_in_doubt hook",
     (_P.MARKING_IN_DOUBT, _P.SAVING): 'default: failed, "outcome unknown"',
-    (_P.MARKING_IN_DOUBT, _P.LOOKING): "another worker moved it first: read it again",
+    (_P.MARKING_IN_DOUBT, _P.LOOKING): "moved by another worker, or gone: read it again",
     (_P.DECIDING, _P.SAVING): "fail / result / rerun past max_attempts",
     (_P.DECIDING, _P.WAITING): "rerun, attempts below max_attempts: waits for a slot",
     (_P.TAKING_OVER, _P.QUEUED): "take-over won",
@@ -98,6 +98,7 @@ MOVES: Mapping[tuple[Phase, Phase], str] = {
     (_P.TAKING_OVER, _P.DECIDING): "another worker put it in doubt again: on_in_doubt decides",
     (_P.TAKING_OVER, _P.SAVING): "in doubt again, past what may run: the policy's failure",
     (_P.TAKING_OVER, _P.MARKING_IN_DOUBT): "another worker took it over, then was lost",
+    (_P.TAKING_OVER, _P.LOOKING): "its record vanished (a claim given back): read it again",
     # Running under a lease.
     (_P.QUEUED, _P.RUNNING): "the lease is surely still held",
     (_P.QUEUED, _P.RELEASING): "its serve ended, or its Turn is over, before it started",
@@ -115,7 +116,8 @@ MOVES: Mapping[tuple[Phase, Phase], str] = {
     (_P.POSTING, _P.BACKOFF): "5xx, connection error, unrecognised 409",
     (_P.POSTING, _P.DONE): "conflict, Turn cannot accept, or refused (rejected)",
     (_P.BACKOFF, _P.POSTING): "its backoff is over",
-    (_P.BACKOFF, _P.DONE): "its Session is gone (404): kept, never posted",
+    (_P.BACKOFF, _P.DONE): "refused as too early, then its Turn known cancelled (abandoned); "
+    "or its Session is gone (404)",
     (_P.POSTED, _P.DONE): "output Item seen (applied)",
 }
 

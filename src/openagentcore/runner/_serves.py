@@ -136,10 +136,16 @@ class ServeTracker(Housekeeping, abc.ABC):
         for serve in self.serves.values():
             if serve.id > last_serve:
                 continue
-            serve.stopping = True
+            self.stop_serve(serve)
             if force:
                 for call in self._calls_of(serve.session_id):
                     self._ask_to_stop(call)
+
+    def stop_serve(self, serve: Serve) -> None:
+        """Let ``serve`` return once the calls of its Session now in flight are done."""
+        if not serve.stopping:
+            serve.stopping = True
+            serve.finishing = frozenset(self._view(serve.session_id).unsettled)
 
     def expect_turn(self, serve: Serve, reconnects: int, input_key: ContentKey) -> bool:
         """``run_turn`` is about to send its input, whose first message has the content
@@ -235,10 +241,15 @@ class ServeTracker(Housekeeping, abc.ABC):
                 for call in view.calls.values()
             )
             return serve.read_once and not busy and not view.reading
-        if self.busy(serve.session_id) or view.read_at is not None or view.reading:
+        if view.read_at is not None or view.reading:
             return False
         if serve.stopping:
-            return True
+            # Calls announced since belong to the Session's other serves (a stopped
+            # serve leaves new calls to them, or pending): waiting for them could last
+            # as long as those serves keep the Session busy.
+            return not view.unsettled & serve.finishing
+        if self.busy(serve.session_id):
+            return False
         if serve.until == "forever":
             return False
         if serve.until == "turn":
@@ -372,7 +383,7 @@ class ServeTracker(Housekeeping, abc.ABC):
                 serve.target_turn_status = answer.turn.status
             serve.read_once = True
         if view.snapshots_streamed == view.snapshots_when_read:
-            self._on_session(answer.session_id, answer.session, now)
+            self._on_session(answer.session_id, answer.session, now, read=True)
 
     def _on_turns_ended(self, view: SessionView, now: float) -> None:
         """A read shows the Session idle (or failed): no Turn is open, so every Turn
@@ -445,8 +456,11 @@ class ServeTracker(Housekeeping, abc.ABC):
         fatal.__cause__ = error
         self._end_serves(view, fatal)
 
-    def _on_session(self, session_id: str, session: Session, now: float) -> None:
-        """Reconcile against a Session snapshot: its ``required_actions`` are the truth."""
+    def _on_session(
+        self, session_id: str, session: Session, now: float, *, read: bool = False
+    ) -> None:
+        """Reconcile against a Session snapshot (``read``: from a read of it, not from the
+        stream): its ``required_actions`` are the truth."""
         view = self._view(session_id)
         view.status = session.status
         view.last_read = now
@@ -465,7 +479,7 @@ class ServeTracker(Housekeeping, abc.ABC):
             if call.phase in IDLE_PHASES and call.key not in view.pending:
                 self._forget(call)
         for waiting in pending:
-            self._consider(waiting, now)
+            self._consider(waiting, now, read=read)
 
     def _on_output(self, key: CallKey, now: float) -> None:
         """An output Item proves our result applied only once the server accepted it.
@@ -558,8 +572,9 @@ class ServeTracker(Housekeeping, abc.ABC):
                 due.append(read_at)
 
     @abc.abstractmethod
-    def _consider(self, pending: PendingCall, now: float) -> None:
-        """Decide a call the server announced (the call machine's entry)."""
+    def _consider(self, pending: PendingCall, now: float, *, read: bool = False) -> None:
+        """Decide a call the server announced (the call machine's entry); ``read``: a
+        Session snapshot listed it, rather than the stream announcing it as it came."""
 
 
 def _terminal_status(event: TerminalTurnEvent) -> str:

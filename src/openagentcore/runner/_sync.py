@@ -257,7 +257,7 @@ class FunctionRunner(Serving):
                 interrupted = True
                 logger.warning("Interrupted: finishing running calls; press Ctrl-C again to exit")
                 with self._lock:
-                    serve.stopping = True
+                    self._core.stop_serve(serve)
                 self._inbox.put(pump.Wake())
 
     def _await_verdict(self, serve: Serve, deadline: float | None) -> None:
