@@ -713,7 +713,7 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
 @pytest.mark.parametrize(
     ("mutation", "found"),
     [
-        (_in_doubt_hook_ignored, "rerun asked, failed in doubt"),
+        (_in_doubt_hook_ignored, "in-doubt policy"),
         (_abandoned_reported_rejected, "rejected; it was never refused"),
         (_abandoned_marked_submitted, "is submitted, but the server holds"),
         (_progress_marks_dropped, "although the fault-free worker posted its result"),
