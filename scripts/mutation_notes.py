@@ -36,7 +36,10 @@ HOOK = (
 )
 #: An argument of a note the core leaves for the log (``self._say``): the world checks
 #: the notes about calls, not the log's.
-SAY = "[say] changes only what the core logs (self._say): the simulator checks call notes, not log lines"
+SAY = (
+    "[say] changes only a value the core logs (self._say): the simulator checks that each "
+    "log note can be logged (a standard level, arguments that format), not what it says"
+)
 UNKNOWN = (
     "[unknown] a chaos worker lacks a function (and leaves or fails its calls) in a "
     "fifth of the histories; these 20 seeds do not meet this case"
@@ -91,7 +94,11 @@ _RARE_BY_HAND = (
     "a result given by hand for a call in doubt is rare in these 20 seeds (the world "
     "checks it stands, when one is given)"
 )
-_PER_NAME = "no simulated function sets max_concurrency: per-function counts are never read"
+_PER_NAME = (
+    "per-function max_concurrency is simulated and checked (no function runs beyond its "
+    "limit on a worker), but these 20 seeds meet no limit together with a run that "
+    "outlives its timeout"
+)
 
 #: Per mutant, the class and the one-line reason. A mutant is named by what it changes
 #: (its function, and the first line it changes before and after), not by its number:
@@ -775,6 +782,78 @@ MUTANT_NOTES.update(
     }
 )
 
+_SAME_CODE = (
+    "is_idempotency_conflict compares the same code with the same spelling, so the "
+    "first test is redundant: either one decides alone"
+)
+_STR_HOLDS_MESSAGE = (
+    "_message is only given APIStatusErrors, whose str() is '{status}: {message} "
+    "(code=..., param=...)': it holds the message, and the phrases looked for (with "
+    "spaces) cannot come from the status or a code"
+)
+_NO_TYPE = (
+    "every content part, sent or stored, has a type: the default is never used (and "
+    "would be used alike on both sides compared)"
+)
+MUTANT_NOTES.update(
+    {
+        (
+            "x_classify_refusal",
+            'if code == "idempotency_conflict" or error.is_idempotency_conflict:',
+            'if code == "IDEMPOTENCY_CONFLICT" or error.is_idempotency_conflict:',
+        ): (EQUIVALENT, _SAME_CODE),
+        (
+            "x_classify_refusal",
+            'if code == "idempotency_conflict" or error.is_idempotency_conflict:',
+            'if code == "XXidempotency_conflictXX" or error.is_idempotency_conflict:',
+        ): (EQUIVALENT, _SAME_CODE),
+        (
+            "x__message",
+            'return str(getattr(error, "message", error)).lower()',
+            'return str(getattr(None, "message", error)).lower()',
+        ): (EQUIVALENT, _STR_HOLDS_MESSAGE),
+        (
+            "x__message",
+            'return str(getattr(error, "message", error)).lower()',
+            'return str(getattr(error, "XXmessageXX", error)).lower()',
+        ): (EQUIVALENT, _STR_HOLDS_MESSAGE),
+        (
+            "x__message",
+            'return str(getattr(error, "message", error)).lower()',
+            'return str(getattr(error, "MESSAGE", error)).lower()',
+        ): (EQUIVALENT, _STR_HOLDS_MESSAGE),
+        (
+            "x__message",
+            'return str(getattr(error, "message", error)).lower()',
+            'return str(getattr(error, "message", None)).lower()',
+        ): (EQUIVALENT, "every error _message is given has a message: the default is never used"),
+        ("xǁServeTrackerǁ_reads_due", "view.reads_sent += 1", "view.reads_sent += 2"): (
+            EQUIVALENT,
+            "reads_sent is only compared with a call's known_at_read, a copy of it: counting in twos keeps every comparison",
+        ),
+        (
+            "x_content_key",
+            'kind = str(getattr(part, "type", ""))',
+            'kind = str(getattr(part, "type", "XXXX"))',
+        ): (EQUIVALENT, _NO_TYPE),
+        (
+            "x_content_key",
+            'kind = str(getattr(part, "type", ""))',
+            'kind = str(getattr(part, "type", None))',
+        ): (EQUIVALENT, _NO_TYPE),
+        (
+            "x_encode_late_outcome",
+            'text.encode("utf-8")  # refuses lone surrogates, which no database stores',
+            'text.encode("UTF-8")  # refuses lone surrogates, which no database stores',
+        ): (EQUIVALENT, "codec names are case-insensitive"),
+        (
+            "xǁServeTrackerǁ_report_action",
+            "view.reported_actions.popitem(last=False)",
+            "view.reported_actions.popitem(last=None)",
+        ): (EQUIVALENT, "popitem takes last for its truth: None pops the oldest, as False does"),
+    }
+)
+
 #: Per function (mangled name, e.g. ``xǁRunnerCoreǁstop``), for its survivors on lines
 #: the simulator runs: the class and the reason or the scenario that would kill them.
 FUNCTION_NOTES: dict[str, tuple[str, str]] = {
@@ -828,7 +907,8 @@ FUNCTION_NOTES: dict[str, tuple[str, str]] = {
     ),
     "xǁRunnerCoreǁ_end_serves": (
         GAP,
-        "no serve(until='forever') in the simulator: it must outlive an outage",
+        "serve(until='forever') must outlive an outage (checked), but these 20 seeds give "
+        "none an outage while it serves",
     ),
     "xǁRunnerCoreǁ_on_lookup": (
         GAP,

@@ -16,11 +16,11 @@ import dataclasses
 import functools
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from openagentcore import APIConnectionError, APIError, APITimeoutError
+from openagentcore import APIConnectionError, APIError, APITimeoutError, NotFoundError
 from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
 from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase, Serve
@@ -28,10 +28,12 @@ from openagentcore.runner._driver import Driver
 from openagentcore.runner._effects import (
     AskInDoubt,
     ClaimCall,
+    KeepLateOutcome,
     Lookup,
     MarkInDoubt,
     Note,
     RunFunction,
+    SaveResult,
     StoreAnswer,
     StoreEffect,
     WriteMarks,
@@ -41,7 +43,13 @@ from openagentcore.runner._housekeeping import STORE_RETRY_MAX_DELAY
 from openagentcore.runner._pump import Message, Stop, ask_in_doubt, report_action
 from openagentcore.runner._registry import RegisteredFunction, describe_function
 from openagentcore.runner._runtime import HOOK_THREADS, Lane
-from openagentcore.store import CallKey, CallState, StoreKeyError, StoreUnavailableError
+from openagentcore.store import (
+    CallKey,
+    CallRecord,
+    CallState,
+    StoreKeyError,
+    StoreUnavailableError,
+)
 from openagentcore.store._records import owner_closed
 from openagentcore.types import Session, SessionEvent, Turn
 
@@ -107,8 +115,16 @@ def _rerunning_hook(call: InDoubtCall) -> InDoubtDecision:
     return InDoubtDecision.rerun()
 
 
+def _unsendable_hook(call: InDoubtCall) -> InDoubtDecision:
+    """Answers what no result can carry (a NUL in the output, a lone surrogate in the
+    error text): the runner must fail the call as outcome unknown instead."""
+    if sum(map(ord, call.key.call_id)) % 2:
+        return InDoubtDecision.result("checked: \x00")
+    return InDoubtDecision.fail("the charge \ud800 may have gone through")
+
+
 #: The hooks a whole history's workers may share instead of their own draw, by name.
-IN_DOUBT_HOOKS = {"fail": _failing_hook, "rerun": _rerunning_hook}
+IN_DOUBT_HOOKS = {"fail": _failing_hook, "rerun": _rerunning_hook, "unsendable": _unsendable_hook}
 
 
 class _Lane:
@@ -330,7 +346,17 @@ class SimRunner(Driver):
             if function.name == self.lacks:
                 continue
             counting = self._counting(function)
-            self._registry.add(dataclasses.replace(function, func=counting, timeout=world.timeout))
+            self._registry.add(
+                dataclasses.replace(
+                    function,
+                    func=counting,
+                    timeout=world.timeout,
+                    max_concurrency=world.limits.get(function.name),
+                )
+            )
+        # The world's store stands for the database every worker shares: closing one
+        # worker closes its connections, not the database.
+        self._closes_store = False
         self.client = SimClient(self)  # type: ignore[assignment]
         self._rt = SimRuntime(worker, self)
         self._start_driver()
@@ -347,8 +373,16 @@ class SimRunner(Driver):
         self.force_stopped: set[tuple[CallKey, int]] = set()
         #: When each Session's run of failed requests began (world time), if one runs.
         self.failing_since: dict[str, float] = {}
+        #: The attempts whose function raised (an application error: a failed result).
+        self.raised: set[tuple[CallKey, int]] = set()
+        #: The late outcomes this worker asked the store to keep.
+        self.late_kept: list[tuple[CallKey, dict[str, Any]]] = []
+        #: Sessions a request of this worker was answered 404 about.
+        self.told_gone: set[str] = set()
         #: The attempts whose function this worker started.
         self.started: set[tuple[CallKey, int]] = set()
+        #: Functions of each name whose thread runs them now (timed out ones too).
+        self.running: Counter[str] = Counter()
         #: The context each call's function was last started with.
         self.contexts: dict[CallKey, CallContext] = {}
         #: For each call whose function the loop handed to a thread, the newest server
@@ -365,9 +399,14 @@ class SimRunner(Driver):
             key = CallKey(call.session_id, call.turn_id, call.call_id)
             self.started.add((key, call.attempt))
             self.contexts[key] = call
+            self.running[name] += 1
+            world.within_limit(self, name, self.running[name])
             world.function_started(self, key, call.attempt)
             world.check_context(self, call, name, order)
             world.runs[key] += 1
+            if world.declines(key):
+                self.raised.add((key, call.attempt))
+                raise RuntimeError(f"{order} was declined")
             return f"{name}d {order}"
 
         return effect
@@ -417,6 +456,8 @@ class SimRunner(Driver):
         while it ran, the function was told: ``ctx.cancelled`` is set."""
         effect = work.args[0]  # type: ignore[attr-defined]
         key, world = effect.key, self.world
+        if (key, effect.attempt) in self.started:
+            self.running[effect.function.name] -= 1
         ctx = self.contexts.get(key)
         turn = world.server.sessions[key.session_id].turn(key.turn_id)
         assert turn is not None
@@ -489,6 +530,8 @@ class SimRunner(Driver):
 
     def _perform_store(self, effect: StoreEffect) -> StoreAnswer:
         world = self.world
+        if isinstance(effect, KeepLateOutcome):
+            self.late_kept.append((effect.key, effect.outcome))
         if isinstance(effect, MarkInDoubt):
             self._check_own_doubt(effect)
         keys = [key for key, _ in effect.changes] if isinstance(effect, WriteMarks) else []
@@ -499,6 +542,9 @@ class SimRunner(Driver):
         if world.chance(world.faults.store_down):
             world.store_trouble(self)
             return StoreAnswer(effect, error=StoreUnavailableError("simulated outage"))
+        if world.cut_off(self.worker):
+            world.store_trouble(self)
+            return StoreAnswer(effect, error=StoreUnavailableError("cut off from the store"))
         world.store.caller = self
         try:
             answer = perform_store(effect, world.store)
@@ -507,6 +553,14 @@ class SimRunner(Driver):
         if answer.error is None and world.chance(world.faults.commit_then_error):
             world.store_trouble(self)
             return StoreAnswer(effect, error=StoreUnavailableError("commit, then lost"))
+        if (
+            isinstance(effect, SaveResult)
+            and effect.owner == self._core.owner
+            and effect.event.get("success") is True
+            and isinstance(answer.value, CallRecord)
+            and answer.value.result != effect.event
+        ):
+            world.lost_race(self, effect.key, effect.event)
         return answer
 
     def _check_own_doubt(self, effect: MarkInDoubt) -> None:
@@ -569,6 +623,9 @@ class SimRunner(Driver):
                 return
             if session_id is not None and error is not None:
                 self.failing_since.setdefault(session_id, world.now)
+                if isinstance(error, NotFoundError) and session_id not in self.told_gone:
+                    self.told_gone.add(session_id)
+                    world.told_gone(self.worker, session_id)
             elif session_id is not None and read:
                 self.failing_since.pop(session_id, None)
             if error is None:
@@ -651,7 +708,7 @@ class _Sessions:
 
     async def retrieve(self, session_id: str, *, timeout: float | None = None) -> Session:
         return await self._runner.request(
-            lambda server: server.snapshot(session_id), timeout, session_id=session_id, read=True
+            lambda server: server.read(session_id), timeout, session_id=session_id, read=True
         )
 
 

@@ -25,6 +25,7 @@ from openagentcore import (
     BadRequestError,
     ConflictError,
     InternalServerError,
+    NotFoundError,
     UnprocessableEntityError,
 )
 from openagentcore._errors import status_error as client_status_error
@@ -127,6 +128,10 @@ class ServerSession:
     announced_status: str = "idle"
     #: The snapshot reads return, until the Session changes.
     snapshot: Session | None = None
+    #: When the Session was deleted, if it was: every request about it is a 404 since.
+    deleted_at: float | None = None
+    #: When the Session last changed (a Turn, a call, a result, a status).
+    changed_at: float = 0.0
 
     @property
     def active(self) -> ServerTurn | None:
@@ -217,13 +222,13 @@ class Server:
         return turn
 
     def _start(self, session: ServerSession, turn: ServerTurn) -> None:
-        if turn.status == "queued":
+        if turn.status == "queued" and session.deleted_at is None:
             turn.status = "in_progress"
             self._next_step(session, turn)
 
     def _next_step(self, session: ServerSession, turn: ServerTurn) -> None:
         world = self.world
-        if turn.ended:
+        if turn.ended or session.deleted_at is not None:
             return
         turn.step += 1
         if turn.step >= len(turn.steps):
@@ -266,7 +271,7 @@ class Server:
         self._changed(session)
 
     def _cancel(self, session: ServerSession, turn: ServerTurn) -> None:
-        if turn.status != "waiting" or not self.world.chaos:
+        if turn.status != "waiting" or not self.world.chaos or session.deleted_at is not None:
             return
         if self.world.chance(self.world.faults.cancel_unseen):
             for stream in list(session.streams):  # the cancel happens while they are down
@@ -291,6 +296,7 @@ class Server:
         """The Session's status or required actions may have changed: a Session event
         with its snapshot, if its status did."""
         session.snapshot = None
+        session.changed_at = self.world.now
         status = session.status
         if status != session.announced_status:
             session.announced_status = status
@@ -330,7 +336,26 @@ class Server:
             ),
         )
 
+    def delete(self, session_id: str) -> None:
+        """The Session is deleted (by its owner, say): its Turns stop where they are,
+        its streams end, and every request about it is answered 404 from now on."""
+        session = self.sessions[session_id]
+        session.deleted_at = self.world.now
+        for stream in list(session.streams):
+            self.drop(stream)
+
+    def _exists(self, session_id: str) -> ServerSession:
+        session = self.sessions[session_id]
+        if session.deleted_at is not None:
+            raise status_error(NotFoundError, 404, "not_found_error", "Session not found.")
+        return session
+
     # -- reads ------------------------------------------------------------------------
+
+    def read(self, session_id: str) -> Session:
+        """``GET .../sessions/{id}``."""
+        self._exists(session_id)
+        return self.snapshot(session_id)
 
     def snapshot(self, session_id: str) -> Session:
         session = self.sessions[session_id]
@@ -364,7 +389,7 @@ class Server:
         )
 
     def turn_snapshot(self, session_id: str, turn_id: str) -> Turn:
-        turn = self.sessions[session_id].turn(turn_id)
+        turn = self._exists(session_id).turn(turn_id)
         assert turn is not None, f"the runner asked for an unknown Turn {turn_id}"
         return _partial(
             Turn,
@@ -377,7 +402,7 @@ class Server:
         )
 
     def items(self, session_id: str) -> list[Any]:
-        return list(self.sessions[session_id].items)
+        return list(self._exists(session_id).items)
 
     # -- input ------------------------------------------------------------------------
 
@@ -392,7 +417,7 @@ class Server:
         """``POST .../events``: the pending-input gate, then messages or results (a
         person's answer, ``by_hand``, is not a saved result)."""
         world = self.world
-        session = self.sessions[session_id]
+        session = self._exists(session_id)
         if world.chance(world.faults.post_5xx):
             raise status_error(InternalServerError, 503, "execution_unavailable", "Try again.")
         if world.chance(world.faults.post_redirect):
@@ -559,7 +584,7 @@ class Server:
         if self.world.failing() == "html":
             stream.end(_not_a_stream())
             return stream
-        self.sessions[stream.session_id].streams.append(stream)
+        self._exists(stream.session_id).streams.append(stream)
         return stream
 
     def unsubscribe(self, stream: SimStream) -> None:
@@ -606,6 +631,8 @@ class Server:
             return
         second = (runner.worker.generation, int(self.world.now))
         self.failing_requests[second] = self.failing_requests.get(second, 0) + 1
+        if kind == "refused":
+            raise APIConnectionError(request=REQUEST)
         if kind == "html":
             raise _not_json()
         raise status_error(InternalServerError, 502, None, "Bad gateway")

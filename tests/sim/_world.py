@@ -27,7 +27,10 @@ import dataclasses
 import functools
 import heapq
 import itertools
+import logging
 import random
+import re
+import zlib
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,6 +41,7 @@ from openagentcore import (
     APIError,
     APIResponseValidationError,
     InternalServerError,
+    NotFoundError,
     resolve_call,
 )
 from openagentcore.runner import RunnerError, ServeReport, ServeTimeout
@@ -45,7 +49,7 @@ from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase
 from openagentcore.runner._effects import CallSettled, CallStarted, LogNote, Note
 from openagentcore.runner._housekeeping import STORE_RETRY_MAX_DELAY
-from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR
+from openagentcore.runner._results import ENDED_WITHOUT_RESULT, IN_DOUBT_ERROR, INTERNAL_ERROR
 from openagentcore.store import (
     CallKey,
     CallRecord,
@@ -61,6 +65,7 @@ from ._runner import (
     LEASE_SECONDS,
     MAX_ATTEMPTS,
     UNREACHABLE_TIMEOUT,
+    SimClient,
     SimRunner,
 )
 from ._server import Server, ServerCall
@@ -76,6 +81,14 @@ CHAOS_ENDS = 8.0
 #: must have returned: ``unreachable_timeout``, plus the longest reconnect delay (the
 #: runner's default ``reconnect_max_delay``) and a request's slowest round trip.
 GIVE_UP_WITHIN = UNREACHABLE_TIMEOUT + 2.0 + 1.0
+#: How long after its Session last changed the fault-free worker's serve of it must
+#: return: the output Item's way back, a read, the progress marks' write (flushed as soon
+#: as nothing else is left) and a few round trips (0.12 s at most in seeds 0-79, 0.36 s
+#: seen once in a long-running process).
+SETTLED_RETURN_WITHIN = 0.45
+#: How long after its worker was first told its Session is gone (a 404) a serve with no
+#: deadline must have ended: a round of the loop (the shortest grace is none).
+GONE_WITHIN = 0.05
 #: Requests one worker may send in a second to a server that fails every request.
 FAILING_SERVER_RATE = 60
 #: How long the runner's store work may wait for one of the store's threads (each call
@@ -110,6 +123,12 @@ _OUTCOMES = frozenset(
         "abandoned_by_serve",
     }
 )
+#: The levels the core's log lines may have: the standard ones the observer logs at.
+_LOG_LEVELS = frozenset(
+    {logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL}
+)
+#: A ``%`` conversion in a log message: without arguments, logging leaves it as it is.
+_CONVERSION = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[a-zA-Z]")
 #: What the operator passes to ``resolve_call`` for each kind of decision.
 _BY_HAND: dict[str, dict[str, Any]] = {
     "output": {"output": BY_HAND_OUTPUT},
@@ -210,6 +229,14 @@ class World:
         #: The functions' ``timeout``, drawn apart so that seeds without one replay the
         #: histories they had before timeouts were simulated.
         self.timeout = random.Random(f"timeout {seed}").choice((None, None, 0.05, 0.15))
+        #: Each function's own ``max_concurrency`` (none in most histories), drawn apart.
+        limits = random.Random(f"limits {seed}")
+        self.limits: dict[str, int] = {
+            name: limits.choice((1, 2)) for name in ("charge", "reserve") if limits.random() < 0.25
+        }
+        #: Whether some calls' functions raise (the application's own failure), drawn
+        #: apart; which ones follows from the call's ids.
+        self.declining = random.Random(f"declines {seed}").random() < 0.3
         #: The operator draws from a generator of its own, so that histories without one
         #: replay as they did before it was simulated.
         self.operator = random.Random(f"operator {seed}")
@@ -218,6 +245,8 @@ class World:
         #: the application's own error, or ``rerun``), instead of drawing its own.
         hooks = random.Random(f"hooks {seed}")
         self.in_doubt_hook: str | None = hooks.choice((None, None, None, "fail", "rerun"))
+        if self.in_doubt_hook is None and hooks.random() < 0.2:
+            self.in_doubt_hook = "unsendable"
         #: The operator's last decision for each call it settled by hand.
         self.decisions: dict[CallKey, Decision] = {}
         #: Runs a person allowed on top of the function's own limit.
@@ -229,6 +258,20 @@ class World:
         if outage.random() < 0.3:
             start = outage.uniform(0.3, 2.0)
             self.outage = (start, start + outage.uniform(5.5, 7.0), outage.choice(("5xx", "html")))
+            if outage.random() < 1 / 3:  # a server that refuses connections
+                self.outage = (*self.outage[:2], "refused")
+        #: A served Session deleted while workers serve it, and when; drawn apart.
+        deletion = random.Random(f"deletion {seed}")
+        self.deletion: float | None = (
+            deletion.uniform(0.3, CHAOS_ENDS - 1.0) if deletion.random() < 0.2 else None
+        )
+        #: A worker (by generation) cut off from the store for a while, longer than a
+        #: lease: the others find its claims stale meanwhile. Drawn apart.
+        self._cut = random.Random(f"cut off {seed}")
+        self.cut: tuple[int, float, float] | None = None
+        #: The worker cut off, from when until when: from its first function start
+        #: after the cut's time (its lease then lapses while the function runs).
+        self.cut_window: tuple[int, float, float] | None = None
         #: A promise broken where the runner would catch the Violation (inside a
         #: function, which the runner reports as failed): raised by the scheduler.
         self.broken: Violation | None = None
@@ -294,6 +337,13 @@ class World:
             f"sess_w{index}" if self.rng.random() < 0.5 else None
             for index in range(self.rng.randint(1, 3))
         ]
+        if self._cut.random() < 0.25:
+            # One of the workers that serve every Session, and another one that does
+            # and finds its claims stale meanwhile.
+            roles.append(None)
+            serving = [index + 1 for index, role in enumerate(roles) if role is None]
+            armed = self._cut.uniform(0.3, 5.0)
+            self.cut = (self._cut.choice(serving), armed, self._cut.uniform(1.2, 3.0))
         self.driven = [self.server.add_session(role).id for role in roles if role]
         for role in roles:
             self.start_worker(drives=role)
@@ -301,7 +351,16 @@ class World:
             self._operator_looks()
         if self.outage is not None:
             self.at(self.outage[0], self.server.drop_every_stream)
+        if self.deletion is not None:
+            self.at(self.deletion, self._delete_a_session)
         self._check_leases()
+        # Some workers are closed by their application while they serve (drawn apart):
+        # close() returns once what they started is settled and marked, or when their
+        # grace runs out.
+        closing = random.Random(f"close {self.seed}")
+        for worker in self.workers:
+            if closing.random() < 0.3:
+                self.at(closing.uniform(0.5, CHAOS_ENDS - 2.5), worker.start_closing)
         self.run_until(CHAOS_ENDS)
         # Chaos ends: every worker dies, nothing fails any more, and one clean worker
         # settles everything that is left, as an operator's restart would, and
@@ -314,6 +373,45 @@ class World:
         self.run_until(self.now + FINAL_TIMEOUT + 10.0, stop=final.finished)
         if not final.finished():
             raise Violation(f"seed {self.seed}: the final worker did not finish")
+
+    def _delete_a_session(self) -> None:
+        """A served Session is deleted: from now on every request about it is a 404."""
+        self.server.delete(self.served[-1])
+
+    def lost_race(self, runner: SimRunner, key: CallKey, outcome: dict[str, Any]) -> None:
+        """``runner`` saved its function's result and found another one saved first
+        (another worker's verdict): what its function produced is kept beside the
+        record as its late outcome (docs/fleet.md), not dropped, unless it dies first."""
+        worker = runner.worker
+
+        def look() -> None:
+            if worker.alive and (key, outcome) not in runner.late_kept:
+                raise Violation(
+                    f"seed {self.seed}: {runner._core.owner}'s {key.call_id} finished after "
+                    "another worker's verdict was saved, and its outcome was not kept"
+                )
+
+        self.at(self.now + LEASE_SECONDS, look)
+
+    def told_gone(self, worker: SimWorker, session_id: str) -> None:
+        """A 404 about ``session_id`` reached ``worker`` for the first time: its serves
+        of that Session with no deadline must end at once (by ``GONE_WITHIN``), with an
+        error that says the Session no longer exists (checked as they end)."""
+        told = self.now
+
+        def look() -> None:
+            serving = worker.deadline_less_of.get(session_id, float("inf"))
+            if worker.alive and serving <= told:
+                raise Violation(
+                    f"seed {self.seed}: a serve with no deadline of {session_id} ran on "
+                    f"{GONE_WITHIN:g} s after {worker.runner._core.owner} was told the "
+                    "Session is gone (404)"
+                )
+
+        self.at(self.now + GONE_WITHIN, look)
+
+    def gone(self, session_id: str) -> bool:
+        return self.server.sessions[session_id].deleted_at is not None
 
     # -- what the world watches while workers run ------------------------------------------
 
@@ -330,6 +428,13 @@ class World:
             return False
         start, stop, _ = self.outage
         return begin <= stop and start <= end
+
+    def cut_off(self, worker: SimWorker) -> bool:
+        """Whether ``worker`` is cut off from the store now."""
+        if self.cut_window is None or not self.chaos:
+            return False
+        generation, start, end = self.cut_window
+        return worker.generation == generation and start <= self.now < end
 
     def store_trouble(self, runner: SimRunner) -> None:
         """``runner``'s store just failed or answered slowly: its leases may lapse."""
@@ -360,7 +465,7 @@ class World:
             return
         now = self.store_now()
         for worker in self.workers:
-            if not worker.alive:
+            if not worker.alive or worker.closed:
                 continue
             core = worker.runner._core
             troubled = self.troubled_at.get(worker.generation, float("-inf"))
@@ -397,6 +502,10 @@ class World:
         whose cancel had reached the worker's loop when it handed the call to a thread."""
         record = self.store.get(key)
         owner = runner._core.owner
+        if self.cut is not None and self.cut_window is None:
+            generation, armed, lasting = self.cut
+            if runner.worker.generation == generation and self.now >= armed:
+                self.cut_window = (generation, self.now, self.now + lasting)
         if (
             record is None
             or record.state is not CallState.STARTED
@@ -425,6 +534,20 @@ class World:
             self.broken = Violation(
                 f"seed {self.seed}: {owner} started {key.call_id} although the cancel of "
                 f"{turn.id} ({turn.cancelled_at:.3f}) had reached its loop ({known:.3f})"
+            )
+
+    def declines(self, key: CallKey) -> bool:
+        """Whether the function of ``key`` raises (every time it runs)."""
+        return self.declining and zlib.crc32(f"{key.session_id} {key.call_id}".encode()) % 4 == 0
+
+    def within_limit(self, runner: SimRunner, name: str, running: int) -> None:
+        """A function never runs more often at once on one worker than its own
+        ``max_concurrency`` allows, counting runs that outlived their timeout."""
+        limit = self.limits.get(name)
+        if limit is not None and running > limit and self.broken is None:
+            self.broken = Violation(
+                f"seed {self.seed}: {runner._core.owner} runs {running} calls of {name} at "
+                f"once (max_concurrency={limit})"
             )
 
     def check_context(self, runner: SimRunner, ctx: CallContext, name: str, order: str) -> None:
@@ -459,7 +582,8 @@ class World:
         owner, server = runner._core.owner, self.server
         for note in notes:
             if isinstance(note, LogNote):
-                continue  # what the observer logs; the log's wording is a unit test's job
+                self._check_log_note(runner, note)
+                continue
             key = note.key
             call = server.call(key)
             record = self.store.get(key)
@@ -485,6 +609,7 @@ class World:
                         and (held is None or held != (record or unsaved).result)
                     )
                     or (outcome == "rejected" and not refused & REFUSED_FOR_GOOD)
+                    or (outcome == "session_gone" and not self.gone(key.session_id))
                     or (outcome == "conflict" and not refused & {"different", "reused"})
                     or (
                         outcome == "abandoned"
@@ -497,6 +622,29 @@ class World:
                     f"seed {self.seed}: {owner} noted {note}, but the store holds {record} and "
                     f"the server {'holds' if held else 'has no'} result ({sorted(refused)})"
                 )
+
+    def _check_log_note(self, runner: SimRunner, note: LogNote) -> None:
+        """A line the core leaves for the log can be logged: a standard level, and a
+        message its arguments format (logging would otherwise print a traceback to
+        stderr and lose the line, or show the bare ``%s``). Its wording is a unit test's
+        job."""
+        problem = None
+        if not isinstance(note.level, int) or note.level not in _LOG_LEVELS:
+            problem = f"the level {note.level!r}"
+        elif not isinstance(note.message, str):
+            problem = f"the message {note.message!r}"
+        elif note.args:
+            try:
+                note.message % note.args
+            except (TypeError, ValueError) as exc:
+                problem = f"arguments that do not format ({exc})"
+        elif _CONVERSION.search(note.message):
+            problem = "a conversion and no arguments"
+        if problem is not None and self.broken is None:
+            self.broken = Violation(
+                f"seed {self.seed}: {runner._core.owner} left a log line with {problem}: "
+                f"{note.message!r} % {note.args!r}"
+            )
 
     def deadline_less_serve(self, worker: SimWorker, began: float) -> None:
         """A serve with no deadline began: against a server that fails every request,
@@ -617,7 +765,11 @@ class World:
                 if accepted is None:
                     turn = session.turn(call.key.turn_id)
                     assert turn is not None
-                    if call_id in turn.pending and call.key not in reported:
+                    if (
+                        call_id in turn.pending
+                        and call.key not in reported
+                        and session.deleted_at is None
+                    ):
                         raise Violation(
                             f"seed {self.seed}: {call_id} is still pending and nobody reported it"
                         )
@@ -806,16 +958,24 @@ class World:
     def _check_late(self, call: ServerCall, runs: int, record: CallRecord) -> None:
         """A late outcome is what a function produced after its result was settled: it
         ran past its timeout, or another worker's in-doubt verdict was saved first (its
-        lease had lapsed while the store failed it)."""
+        lease had lapsed while the store failed it; the saved result is that verdict)."""
         late = record.late_outcome
         assert late is not None
-        produced = late.get("success") is True and late.get("output", "").startswith(call.name)
+        own = late.get("success") is True and late.get("output") == produced(
+            call.name, call.arguments
+        )
+        raised = (
+            late.get("success") is False
+            and late.get("error") == INTERNAL_ERROR
+            and self.declines(call.key)
+        )
         ended = late.get("success") is False and late.get("error") == ENDED_WITHOUT_RESULT
-        lost_race = record.settled_by is not None
-        if (self.timeout is None and not lost_race) or runs < 1 or not (produced or ended):
+        timed_out = self.timeout is not None and (own or raised or ended)
+        lost_race = (own or raised) and record.result != late
+        if runs < 1 or not (timed_out or lost_race):
             raise Violation(
                 f"seed {self.seed}: {call.key.call_id} (timeout {self.timeout}, {runs} runs) "
-                f"kept a late outcome its function did not produce: {late}"
+                f"kept a late outcome its function did not produce: {late}, beside {record.result}"
             )
 
 
@@ -873,6 +1033,11 @@ class SimWorker:
         self.loops = 0
         #: When each serve with no deadline that must end in an outage began.
         self.deadline_less: set[float] = set()
+        #: Whether the application is closing this worker's runner, and has closed it.
+        self.closing = False
+        self.closed = False
+        #: When the serve with no deadline of each Session began, while it runs.
+        self.deadline_less_of: dict[str, float] = {}
 
     def clock(self) -> float:
         """This worker's monotonic clock: its own origin, and a rate a little off."""
@@ -943,7 +1108,7 @@ class SimWorker:
 
     async def serve_until_idle(self, session_id: str) -> None:
         world, runner = self.world, self.runner
-        while world.chaos:
+        while world.chaos and not self.closing:
             timeout: float | None = world.rng.uniform(0.5, 4.0)
             began, draw = world.now, world.rng.random()
             try:
@@ -952,10 +1117,12 @@ class SimWorker:
                 elif draw < 0.3:
                     timeout = None
                     world.deadline_less_serve(self, began)
+                    self.deadline_less_of[session_id] = began
                     await runner.serve(session_id, until="idle")
                 elif draw < 0.45:
                     # As a production worker serves: until stop(), past idle Sessions.
                     timeout = None
+                    self.deadline_less_of[session_id] = began
                     stopping = _StoppedServe(session_id)
                     world.later(1.0, 4.0, functools.partial(self._stop_serving, stopping))
                     try:
@@ -965,23 +1132,47 @@ class SimWorker:
                 else:
                     await runner.serve(session_id, until="idle", timeout=timeout)
             except (RunnerError, APIError) as error:
-                self._gave_up_in_time(began, session_id, error)
+                if self._told_gone(session_id, error):
+                    return  # as the error says: stop serving it
+                self._gave_up_in_time(began, session_id, error, forever=0.3 <= draw < 0.45)
             except ServeTimeout:
                 pass
             finally:
                 self.deadline_less.discard(began)
+                self.deadline_less_of.pop(session_id, None)
             if timeout is not None:
                 self._returned_in_time(began, timeout, f"serving {session_id}")
             await self.sleep(0.05, 0.5)
 
-    def _gave_up_in_time(self, began: float, session_id: str, error: Exception) -> None:
+    def _told_gone(self, session_id: str, error: Exception) -> bool:
+        """A serve of a deleted Session ends with an error that says the Session no
+        longer exists (not that ``base_url`` is wrong); no other serve says so."""
+        says_gone = isinstance(error, RunnerError) and "no longer exists" in str(error)
+        gone = self.world.gone(session_id)
+        deleted = gone and isinstance(error.__cause__, NotFoundError)
+        if says_gone != deleted:
+            raise Violation(
+                f"seed {self.world.seed}: serving {session_id} "
+                f"({'deleted' if gone else 'not deleted'}) ended with {error!r}"
+            )
+        return says_gone
+
+    def _gave_up_in_time(
+        self, began: float, session_id: str, error: Exception, *, forever: bool = False
+    ) -> None:
         """A serve gives up on a server that fails every request only once it failed
-        for ``unreachable_timeout`` (docs/operations.md), never sooner."""
+        for ``unreachable_timeout`` (docs/operations.md), never sooner, with an error
+        that names the server's URL; ``serve(until="forever")`` never gives up."""
         cause = error.__cause__ if isinstance(error, RunnerError) else error
         failing = (InternalServerError, APIResponseValidationError, APIConnectionError)
         if not isinstance(cause, failing):
             return  # a redirect ends a serve at once, as it should
         world = self.world
+        if forever or str(SimClient.base_url.copy_with(path="/")) not in str(error):
+            raise Violation(
+                f"seed {world.seed}: a serve{' until forever' if forever else ''} gave up "
+                f"on a failing server with {error!r}"
+            )
         # The runner counts from the first failure it saw, on this serve or before it
         # (a run of failures only a read of the Session that succeeds ends).
         since = min(began, self.runner.failing_since.get(session_id, began))
@@ -1049,7 +1240,7 @@ class SimWorker:
     async def drive_turns(self, session_id: str) -> None:
         """Input after input on a Session no other client sends input to."""
         world, runner = self.world, self.runner
-        while world.chaos:
+        while world.chaos and not self.closing:
             timeout, began = world.rng.uniform(0.3, 4.0), world.now
             try:
                 result = await runner.run_turn(session_id, "Go on.", timeout=timeout)
@@ -1059,13 +1250,41 @@ class SimWorker:
                 # Only a server that kept failing may end it so (every admitted input
                 # shows a Turn): its stream, its reads or its posts were given up on.
                 if not (
-                    world.failed_between(began, world.now) or isinstance(error.__cause__, APIError)
+                    world.failed_between(began, world.now)
+                    or isinstance(error.__cause__, APIError)
+                    or self.closing  # closed before its Turn ended, past the grace
                 ):
                     raise
             else:
-                world.server.check_turn_result(result)
+                if not self.closing:  # close() stops it: it returns the Turn as it was
+                    world.server.check_turn_result(result)
             self._returned_in_time(began, timeout, f"run_turn on {session_id}")
             await self.sleep(0.0, 0.5)
+
+    def start_closing(self) -> None:
+        if self.alive:
+            self.spawn_loop(self.close())
+
+    async def close(self) -> None:
+        """``close()`` returns within its grace, and the store is final when it returns
+        before the grace ran out: every result the server took from this worker is
+        marked ``submitted`` or ``applied``, none is left plain ``completed``."""
+        world, runner = self.world, self.runner
+        began = world.now
+        self.closing = True
+        await runner.close()
+        self.closed = True  # its pump has stopped: it renews no lease any more
+        self._returned_in_time(began, 0.0, "close()")
+        if world.now >= began + runner.shutdown_grace / self.rate - 0.01:
+            return  # out of grace: what is left is a restarted runner's to settle
+        for key in world.server.accepted_keys.get(self.generation, ()):
+            record = world.store.get(key)
+            if record is not None and record.state is CallState.COMPLETED:
+                raise Violation(
+                    f"seed {world.seed}: sim-{self.generation}'s close() returned before its "
+                    f"grace ran out, and left {key.call_id}, whose result the server took "
+                    "from it, unmarked"
+                )
 
     def finish_everything(self) -> None:
         """The final worker: no faults, so every call must settle and every Turn end;
@@ -1073,11 +1292,13 @@ class SimWorker:
         world = self.world
         fresh = world.server.add_session("sess_final").id
         for session_id in world.served + world.driven:
-            self.spawn_loop(self._settle(session_id))
+            if not world.gone(session_id):
+                self.spawn_loop(self._settle(session_id))
         for session_id in [*world.driven, fresh]:
             self.spawn_loop(self._final_turns(session_id))
 
     async def _settle(self, session_id: str) -> None:
+        began = self.world.now
         try:
             report = await self.runner.serve(session_id, until="idle", timeout=FINAL_TIMEOUT)
         except ServeTimeout:
@@ -1087,6 +1308,41 @@ class SimWorker:
             ) from None
         if session_id in self.world.served:
             self._settled_when_idle(session_id, report)
+            self._counted_exactly(session_id, report)
+            self._returned_once_settled(session_id, began)
+
+    def _returned_once_settled(self, session_id: str, began: float) -> None:
+        """With no faults, ``serve(until="idle")`` returns soon after its Session last
+        changed (``SETTLED_RETURN_WITHIN``); it waits for nothing of other Sessions."""
+        world = self.world
+        settled = max(began, world.server.sessions[session_id].changed_at)
+        if world.now - settled > SETTLED_RETURN_WITHIN:
+            raise Violation(
+                f"seed {world.seed}: the final serve of {session_id} returned "
+                f"{world.now - settled:.2f} s after its Session last changed"
+            )
+
+    def _counted_exactly(self, session_id: str, report: ServeReport) -> None:
+        """The fault-free worker's one serve of a served Session reports exactly what
+        it did there: every function it ran (each attempt once), those that failed
+        (raised, or timed out: bounded then, as a late end may not have counted), and
+        every result the server took from it."""
+        runner = self.runner
+        ran = {run for run in runner.started if run[0].session_id == session_id}
+        raised = len({run for run in runner.raised if run[0].session_id == session_id})
+        taken = self.world.server.accepted_from.get((self.generation, session_id), 0)
+        errors = report.function_errors
+        if (
+            report.calls_run != len(ran)
+            or report.results_submitted != taken
+            or (errors != raised if self.world.timeout is None else errors < raised)
+        ):
+            raise Violation(
+                f"seed {self.world.seed}: the final serve of {session_id} counts "
+                f"{report.calls_run} calls run, {errors} failed and "
+                f"{report.results_submitted} results submitted; its worker ran {len(ran)} "
+                f"({raised} raised) and the server took {taken} of its results"
+            )
 
     def _settled_when_idle(self, session_id: str, report: ServeReport) -> None:
         """``serve(until="idle")`` returns once the Session is idle, or waits only on

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from openagentcore import APIConnectionError
+from openagentcore.runner import RunnerError
 from openagentcore.runner._core import Call, Serve
 from openagentcore.runner._effects import (
     AskInDoubt,
@@ -82,6 +83,21 @@ def test_a_history_replays_exactly_from_its_seed() -> None:
     assert first.runs == second.runs
     assert first.now == second.now
     assert _outcomes(first) == _outcomes(second)
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        # A Session deleted while a result of it waited out a backoff: the pump stopped
+        # with IllegalMove (backoff to done), failing every serve of the runner.
+        690,
+        # A forced stop asked attempt 1 to stop; it ended without a result and ran
+        # again on the same worker; a second forced stop never told attempt 2.
+        1040,
+    ],
+)
+def test_histories_that_found_a_core_defect_keep_the_promises(seed: int) -> None:
+    run_seed(seed)
 
 
 def _outcomes(world: World) -> list[object]:
@@ -580,6 +596,111 @@ def _hooks_asked_about_the_first_attempt(runner: SimRunner) -> None:
     core.take_effects = first_attempt  # type: ignore[method-assign]
 
 
+def _log_lines_lose_an_argument(runner: SimRunner) -> None:
+    """A log line of the core loses its last argument, as a mistyped ``_say`` does."""
+    core = runner._core
+    say = core._say
+
+    def careless(level: int, message: str, *args: object) -> None:
+        say(level, message, *args[:-1])
+
+    core._say = careless  # type: ignore[method-assign]
+
+
+def _function_limits_ignored(runner: SimRunner) -> None:
+    """A function's own ``max_concurrency`` is ignored: only the runner's counts."""
+    core = runner._core
+    functions = core.registry._functions
+    for name, function in list(functions.items()):
+        functions[name] = dataclasses.replace(function, max_concurrency=None)
+
+
+def _deleted_sessions_served_on(runner: SimRunner) -> None:
+    """A 404 about a Session is taken for a passing failure: its serves go on."""
+    runner._core._session_gone = lambda session_id, error: None  # type: ignore[method-assign]
+
+
+def _deleted_sessions_blamed_on_the_url(runner: SimRunner) -> None:
+    """Every 404 is taken for a ``base_url`` that names no API route."""
+    core = runner._core
+    session_gone = core._session_gone
+
+    def blamed(session_id: str, error: Exception) -> None:
+        error.body = None  # type: ignore[attr-defined]
+        error.from_api = False  # type: ignore[attr-defined]
+        session_gone(session_id, error)
+
+    core._session_gone = blamed  # type: ignore[method-assign]
+
+
+def _lost_races_dropped(runner: SimRunner) -> None:
+    """Reverts the late outcome of a lost race: a function that finished after
+    another worker's verdict was saved leaves no trace of what it did."""
+    runner._core._lost_race = lambda call, outcome, record: None  # type: ignore[method-assign]
+
+
+def _forever_serves_give_up(runner: SimRunner) -> None:
+    """``serve(until="forever")`` gives up on a failing server as the others do."""
+    core = runner._core
+    end_serves = core._end_serves
+
+    def impatient(view: Any, error: Exception) -> None:
+        for serve in core._serves_of(view.session_id):
+            if serve.until == "forever" and serve.fatal is None:
+                serve.fatal = error
+        end_serves(view, error)
+
+    core._end_serves = impatient  # type: ignore[method-assign]
+
+
+def _give_ups_name_no_url(runner: SimRunner) -> None:
+    """A serve gives up on a failing server with an error that does not say where."""
+    core = runner._core
+    end_serves = core._end_serves
+
+    def vague(view: Any, error: Exception) -> None:
+        fatal = RunnerError("The server kept failing")
+        fatal.__cause__ = error.__cause__ or error
+        end_serves(view, fatal)
+
+    core._end_serves = vague  # type: ignore[method-assign]
+
+
+def _failed_functions_not_counted(runner: SimRunner) -> None:
+    """A report counts no function that failed."""
+    core = runner._core
+    count = core._count
+
+    def forgetful(session_id: str, name: str, amount: int = 1) -> None:
+        if name != "function_errors":
+            count(session_id, name, amount)
+
+    core._count = forgetful  # type: ignore[method-assign]
+
+
+def _close_leaves_marks_unwritten(runner: SimRunner) -> None:
+    """``close()`` waits for running calls only, not for the progress marks of the
+    results it posted."""
+    core = runner._core
+    settling = core.settling
+
+    def hasty(session_id: str | None = None) -> bool:
+        return core.busy() if session_id is None else settling(session_id)
+
+    core.settling = hasty  # type: ignore[method-assign]
+
+
+def _idle_serves_wait_for_every_session(runner: SimRunner) -> None:
+    """A serve waits until no Session of its runner is busy, not only its own."""
+    core = runner._core
+    settled = core._settled
+
+    def waiting(serve: Serve) -> bool:
+        return not core.busy() and settled(serve)
+
+    core._settled = waiting  # type: ignore[method-assign]
+
+
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
     for seed in seeds:
         broken = _violation(seed, mutate)
@@ -607,6 +728,16 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
         (_unknown_functions_always_failed, "failed as served by no function"),
         (_force_stops_wait_for_functions, "was stopped with force=True while"),
         (_hooks_asked_about_the_first_attempt, "asked on_in_doubt about"),
+        (_log_lines_lose_an_argument, "left a log line with arguments that do not format"),
+        (_function_limits_ignored, "at once (max_concurrency="),
+        (_deleted_sessions_served_on, "the Session is gone (404)"),
+        (_deleted_sessions_blamed_on_the_url, "(deleted) ended with RunnerError('Cannot serve"),
+        (_lost_races_dropped, "and its outcome was not kept"),
+        (_failed_functions_not_counted, "the final serve of"),
+        (_close_leaves_marks_unwritten, "unmarked"),
+        (_idle_serves_wait_for_every_session, "s after its Session last changed"),
+        (_forever_serves_give_up, "a serve until forever gave up on a failing server"),
+        (_give_ups_name_no_url, "gave up on a failing server with RunnerError('The server kept"),
     ],
 )
 def test_the_record_and_report_checks_find_a_runner_bug(

@@ -170,6 +170,32 @@ def test_a_rerun_by_hand_keeps_the_record_for_one_take_over(store: ResultStore) 
     assert record.in_doubt_at == doubted.in_doubt_at
 
 
+def test_a_late_policy_answer_does_not_settle_a_rerun_another_worker_took_over(
+    store: ResultStore,
+) -> None:
+    """A runner's in-doubt policy decided while the call was in doubt; meanwhile a
+    person cleared it to run again and another worker took it over. The policy's
+    answer, landing late, must not settle the run now going on (simulator seed 1741)."""
+    _in_doubt(store)
+    store.settle_by_hand(KEY, None, settled_by="manual:rerun")  # type: ignore[attr-defined]
+    assert store.take_over(KEY, owner="far:3:c", lease_seconds=LEASE, expected_attempts=1).won
+
+    store.save_result(KEY, FAILED, owner=None)
+
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.result, record.owner, record.attempts) == (
+        CallState.STARTED,
+        None,
+        "far:3:c",
+        2,
+    )
+    store.save_result(KEY, OK, owner="far:3:c")  # the rerun's own result still lands
+    record = store.get(KEY)
+    assert record is not None
+    assert (record.state, record.result) == (CallState.COMPLETED, OK)
+
+
 def test_a_rerun_by_hand_survives_a_claim_given_back_but_not_a_second_crash(
     store: ResultStore,
 ) -> None:

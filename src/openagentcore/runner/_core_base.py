@@ -100,8 +100,9 @@ class Call:
     output_seen: bool = False
     #: ``time.monotonic()`` instant its function must end by, if it has a timeout.
     deadline: float | None = None
-    #: Its Turn was cancelled and the function was asked to stop.
-    cancelled: bool = False
+    #: The attempt whose function was asked to stop (its Turn cancelled, or a forced
+    #: stop), if any: a later attempt on this worker is asked again when it must stop.
+    cancelled_attempt: int | None = None
     #: False when the store refused its ids for good: its failure is posted unsaved
     #: (the same bytes every time) and no progress mark is written for it.
     recorded: bool = True

@@ -110,13 +110,14 @@ MOVES: Mapping[tuple[Phase, Phase], str] = {
     (_P.SAVING, _P.DONE): "the save found its result refused for good, or it settled",
     # Posting the saved result.
     (_P.READY, _P.POSTING): "in the Session's next batch",
-    (_P.READY, _P.DONE): "its Turn is known cancelled: kept, not posted (abandoned)",
+    (_P.READY, _P.DONE): "its Turn is known cancelled (abandoned), or its Session is gone",
     (_P.POSTING, _P.POSTED): "202",
     (_P.POSTING, _P.READY): "its batch is sent again at once (split, or redirected)",
     (_P.POSTING, _P.BACKOFF): "5xx, connection error, unrecognised 409",
     (_P.POSTING, _P.DONE): "conflict, Turn cannot accept, or refused (rejected)",
     (_P.BACKOFF, _P.POSTING): "its backoff is over",
-    (_P.BACKOFF, _P.DONE): "refused as too early, then its Turn known cancelled (abandoned)",
+    (_P.BACKOFF, _P.DONE): "refused as too early, then its Turn known cancelled (abandoned); "
+    "or its Session is gone (404)",
     (_P.POSTED, _P.DONE): "output Item seen (applied)",
 }
 

@@ -38,6 +38,7 @@ from ..types import (
 from ._core_base import (
     IDLE_PHASES,
     NOT_STARTED,
+    Call,
     ContentKey,
     Mode,
     Serve,
@@ -138,9 +139,7 @@ class ServeTracker(Housekeeping, abc.ABC):
             self.stop_serve(serve)
             if force:
                 for call in self._calls_of(serve.session_id):
-                    if call.phase is Phase.RUNNING and not call.cancelled:
-                        call.cancelled = True
-                        self._effects.append(CancelFunction(call.key))
+                    self._ask_to_stop(call)
 
     def stop_serve(self, serve: Serve) -> None:
         """Let ``serve`` return once the calls of its Session now in flight are done."""
@@ -328,13 +327,19 @@ class ServeTracker(Housekeeping, abc.ABC):
         for call in self._calls_of(session_id):
             if call.key.turn_id != turn_id:
                 continue
-            if call.phase is Phase.RUNNING and not call.cancelled:
-                call.cancelled = True
-                self._effects.append(CancelFunction(call.key))
+            if call.phase is Phase.RUNNING:
+                self._ask_to_stop(call)
             elif call.phase is Phase.QUEUED:
                 self._give_back(call, now)
             elif call.phase is Phase.WAITING:
                 self._done(call, Outcome.RELEASED)  # never claimed: nothing to give back
+
+    def _ask_to_stop(self, call: Call) -> None:
+        """Ask ``call``'s running function to stop, once per attempt: a call run again
+        here after an attempt that was asked must be asked again."""
+        if call.phase is Phase.RUNNING and call.cancelled_attempt != call.attempts:
+            call.cancelled_attempt = call.attempts
+            self._effects.append(CancelFunction(call.key))
 
     def on_session_read(self, answer: SessionOutcome, now: float) -> None:
         view = self._view(answer.session_id)

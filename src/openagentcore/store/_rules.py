@@ -398,9 +398,11 @@ def save_result(
     """Store the first result of a running call. A saved result is never replaced, and a
     settled call is left as it is (an abandoned call stays abandoned). A call a person
     cleared to run again takes a result from a run (``owner``), not from a runner's
-    in-doubt policy (``owner=None``)."""
+    in-doubt policy (``owner=None``), before and after a runner took it over to run it."""
     if record.has_result() or record.state not in _RUNNABLE:
         return None
+    if owner is None and record.state is CallState.STARTED and record.settled_by == MANUAL_RERUN:
+        return None  # a policy answer decided before the rerun: the rerun settles it
     settled_by = record.settled_by
     if cleared_to_rerun(record):
         if owner is None:
