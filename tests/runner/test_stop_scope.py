@@ -6,9 +6,24 @@ Session until stopped while it drives Turns on it)."""
 
 from __future__ import annotations
 
-from openagentcore.runner._core import RunnerCore
-from openagentcore.runner._effects import ClaimCall, SessionOutcome
+from dataclasses import replace
+
+import httpx
+
+from openagentcore import NotFoundError
+from openagentcore.runner._core import Phase, RunnerCore
+from openagentcore.runner._effects import (
+    ClaimCall,
+    FunctionOutcome,
+    PostOutcome,
+    PostResults,
+    RunFunction,
+    SaveResult,
+    SessionOutcome,
+    StoreAnswer,
+)
 from openagentcore.runner._registry import FunctionRegistry, describe_function
+from openagentcore.store import CallRecord, CallState, Claim
 from openagentcore.types import FunctionCallAction, Session
 
 SESSION = "sess_stop"
@@ -81,3 +96,54 @@ def test_a_stopped_serve_waits_for_the_calls_it_had_in_flight() -> None:
     core.stop(serving.id)
 
     assert not core.finished(serving, 0.02)
+
+
+def test_a_result_post_answered_404_ends_the_calls_it_carried() -> None:
+    """The Session was deleted while its result was being posted: the POST's 404 ends
+    the serves of the Session, and the calls that POST carried end with them. They were
+    left ``posting`` for ever, so the Session stayed busy and ``close()`` waited out its
+    whole grace (the simulator's seeds 203 and 238, with Sessions deleted while served)."""
+    core = _core()
+    serving = core.attach(SESSION, "forever", 0.0)
+    core.on_connected(serving, 0.0)
+    core.take_effects(0.0)
+    core.on_session_read(SessionOutcome(SESSION, _session("call_0")), 0.01)
+    (claim,) = [effect for effect in core.take_effects(0.01) if isinstance(effect, ClaimCall)]
+    record = CallRecord(
+        key=claim.key,
+        function_name="ship",
+        arguments_hash=claim.arguments_hash,
+        state=CallState.STARTED,
+        result=None,
+        idempotency_key="oac-test",
+        attempts=1,
+        owner=claim.owner,
+        lease_expires_at=10.0,
+        created_at=0.0,
+        updated_at=0.0,
+    )
+    core.on_store_answer(StoreAnswer(claim, Claim(won=True, record=record)), 0.02)
+    assert any(isinstance(effect, RunFunction) for effect in core.take_effects(0.02))
+    event = {
+        "type": "agent.session.input.tool_result",
+        "turn_id": TURN,
+        "call_id": "call_0",
+        "success": True,
+        "output": "shipped 1",
+    }
+    core.on_function_done(FunctionOutcome(claim.key, event), 0.03)
+    (save,) = [effect for effect in core.take_effects(0.03) if isinstance(effect, SaveResult)]
+    saved = replace(record, state=CallState.COMPLETED, result=save.event)
+    core.on_store_answer(StoreAnswer(save, saved), 0.04)
+    (post,) = [effect for effect in core.take_effects(1.0) if isinstance(effect, PostResults)]
+    request = httpx.Request("POST", f"http://core.invalid/v1/agents/sessions/{SESSION}/events")
+    gone = NotFoundError(
+        "Session not found.",
+        response=httpx.Response(404, request=request),
+        body={"error": {"type": "not_found_error", "message": "Session not found."}},
+    )
+
+    core.on_posted(PostOutcome(post.batch, gone), 1.01)
+
+    assert not core.busy(SESSION)
+    assert core.calls[claim.key].phase is Phase.DONE

@@ -1226,13 +1226,14 @@ class SimWorker:
 
     def _still_running(self, session_id: str) -> bool:
         """Whether a call a stopped serve of ``session_id`` waits for still runs, or
-        waits for a slot or for its ``on_in_doubt`` hook: those take what they take."""
+        waits for a slot, for its ``on_in_doubt`` hook or for a failed POST's backoff:
+        those take what they take."""
         core = self.runner._core
         waits_for: set[CallKey] = set()
         for serve in core.serves.values():
             if serve.session_id == session_id and serve.stopping:
                 waits_for |= serve.finishing
-        working = (Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.DECIDING)
+        working = (Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.DECIDING, Phase.BACKOFF)
         return any(
             (call := core.calls.get(key)) is not None and call.phase in working for key in waits_for
         )

@@ -34,7 +34,6 @@ from openagentcore.store import (
     CallRecord,
     CallState,
     StoreUnavailableError,
-    UnknownCallError,
     _rules,
 )
 
@@ -94,6 +93,10 @@ def test_a_history_replays_exactly_from_its_seed() -> None:
         # A forced stop asked attempt 1 to stop; it ended without a result and ran
         # again on the same worker; a second forced stop never told attempt 2.
         1040,
+        # A take-over's answer was lost after it committed, and the renewal that was to
+        # confirm it found the lease lapsed: the claim, never run, was forgotten, and a
+        # later read took it for this runner's call in doubt (past the CI seeds).
+        5563,
     ],
 )
 def test_histories_that_found_a_core_defect_keep_the_promises(seed: int) -> None:
@@ -289,21 +292,6 @@ def _found_results_of_cancelled_turns_kept_unsent(runner: SimRunner) -> None:
     core._cancelled_unsent = as_if_saved_here  # type: ignore[method-assign]
 
 
-def _vanished_records_refused(runner: SimRunner) -> None:
-    """Reverts the answer to a record that vanished under a compare-and-set (its claim
-    given back): it is taken for a record the store can never hold."""
-    core = runner._core
-    on_store_error = core._on_store_error
-
-    def refused(call: Call, effect: Effect, error: Exception, now: float) -> None:
-        if isinstance(error, UnknownCallError):
-            core._on_store_refused(call, effect, error, now)
-            return
-        on_store_error(call, effect, error, now)
-
-    core._on_store_error = refused  # type: ignore[method-assign]
-
-
 def _a_read_raises_during_chaos(runner: SimRunner, fired: list[int] | None = None) -> None:
     """A bug in the core that only faults bring out: while the chaos lasts, handling a
     read of a served Session (only workers that serve, not drive, read those) raises.
@@ -353,7 +341,6 @@ def _violation(seed: int, mutate: Callable[[SimRunner], None] | None) -> str | N
         _a_read_raises_during_chaos,
         _failed_claims_read_again_at_clock_zero,
         _found_results_of_cancelled_turns_kept_unsent,
-        _vanished_records_refused,
         _hooks_share_the_store_threads,
         _serve_grace_unbounded,
         _failing_servers_never_given_up,

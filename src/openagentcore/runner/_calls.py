@@ -705,6 +705,10 @@ class CallMachine(ServeTracker):
                     self._queue_mark(call.key, CallState.SUBMITTED, now)
             return
         if isinstance(error, NotFoundError):
+            # This POST's calls end with the Session; another POST in flight may still
+            # bring a 202 (sent before the Session went), so its calls wait for it.
+            for call in mine:
+                self._done(call, Outcome.SESSION_GONE)
             self._session_gone(outcome.batch.session_id, error)
             return
         kind = classify_refusal(error)

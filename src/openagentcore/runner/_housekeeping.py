@@ -139,6 +139,9 @@ class Housekeeping(CoreBase):
                     key.call_id,
                 )
                 call.lease_held = False
+                # Its record may still be this runner's claim that never ran: if a later
+                # read finds it so, it is held and run, not taken for a call in doubt.
+                self._unconfirmed[key] = call.attempts
                 self._forget(call)
             else:
                 self._say(
