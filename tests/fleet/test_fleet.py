@@ -36,6 +36,12 @@ from openagentcore.types import FunctionCallItem, FunctionCallOutputItem
 pytestmark = pytest.mark.slow
 
 WORKER = Path(fleet_worker.__file__)
+#: A fleet that makes no progress for this long (no function run, no result on the
+#: server, no worker exit) is hung. One that is merely slow is not: beside a busy core a
+#: worker takes seconds to start, and a test starts up to ten.
+STALL_SECONDS = 60
+#: The whole test's hang guard, for what the stall check does not watch (start-up).
+HANG_GUARD = 600
 #: Rounds of parallel calls in each Session's Turn: two that may not be repeated, one
 #: that may.
 ROUND = ("charge", "reserve", "charge")
@@ -129,17 +135,36 @@ class Fleet:
     def wait_until_settled(self) -> list[dict[str, Any]]:
         """Wait for every live worker to exit cleanly, which each does once every
         Session is idle; returns the workers' summaries. A worker that fails fails the
-        test. No clock: on a loaded machine settling takes what it takes, and the
-        test's timeout ends a fleet that never settles."""
+        test. No clock: on a loaded machine settling takes what it takes; a fleet that
+        stops making progress fails (see STALL_SECONDS)."""
         summaries = []
         for worker in self.workers:
-            stdout, _ = worker.communicate()
+            stdout = self._output_while_progressing(worker)
             assert worker.returncode == 0, self.logs[worker.pid].read_text()
             summary = json.loads(stdout.strip().splitlines()[-1])
             assert summary["not_idle"] == [], summary
             summaries.append(summary)
         assert self.all_idle()
         return summaries
+
+    def _output_while_progressing(self, worker: subprocess.Popen[str]) -> str:
+        """The worker's stdout once it exits, however long that takes while the fleet
+        makes progress; a fleet that stalls for STALL_SECONDS fails the test."""
+        seen = self._progress()
+        while True:
+            try:
+                stdout, _ = worker.communicate(timeout=STALL_SECONDS)
+                return stdout
+            except subprocess.TimeoutExpired:
+                now = self._progress()
+                assert now != seen, f"the fleet made no progress in {STALL_SECONDS} s: {now}"
+                seen = now
+
+    def _progress(self) -> tuple[int, int, int]:
+        """(functions run, results on the server, workers exited): each only grows."""
+        results = sum(len(self.core.stored_results(s)) for s in self.session_ids)
+        exited = sum(worker.poll() is not None for worker in self.workers)
+        return len(self.effects()), results, exited
 
     def run_with_kills(
         self, *, workers: int, kills: int, seed: int, gap: tuple[float, float]
@@ -301,6 +326,7 @@ def postgres_table() -> Iterator[tuple[str, str, str]]:
         connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.mark.timeout(HANG_GUARD)
 @pytest.mark.postgres
 def test_postgres_fleet_of_four_survives_random_kills(
     make_fleet: Callable[..., Fleet], postgres_table: tuple[str, str, str]
@@ -321,6 +347,7 @@ def test_postgres_fleet_of_four_survives_random_kills(
     assert outcome.left_in_doubt >= 1, "no kill left a call in doubt"
 
 
+@pytest.mark.timeout(HANG_GUARD)
 def test_sqlite_fleet_on_one_file_survives_random_kills(
     make_fleet: Callable[..., Fleet], tmp_path: Path
 ) -> None:
@@ -392,6 +419,7 @@ def dropping_fleet(
     return fleet, lambda: drop_connections_mid_transaction(dsn, f'"{schema}"."{table}"', schema)
 
 
+@pytest.mark.timeout(HANG_GUARD)
 @pytest.mark.postgres
 def test_postgres_fleet_rides_out_dropped_connections_without_restarts(
     dropping_fleet: tuple[Fleet, Callable[[], int]],

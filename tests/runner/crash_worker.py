@@ -125,7 +125,9 @@ def kill_in_shared_commit(store: SQLiteResultStore, killer: Killer, window: str)
     def commit(batch: list[PendingWrite[Any]]) -> None:
         if not first_done.is_set():
             first_done.set()
-            company.wait(10)
+            # No clock: on a loaded machine the other claims come when they come, and
+            # the test's WORKER_TIMEOUT ends a worker whose company never does.
+            company.wait()
             real_commit(batch)
         elif len(batch) < 2:
             real_commit(batch)

@@ -321,6 +321,10 @@ STEPS = 10
 CHAOS = Faults(close_stream_after=40, duplicate_every=7, lose_input_response_every=5, retry_after=0)
 
 
+# A hang guard per worker process, each of which WORKER_TIMEOUT already bounds, instead
+# of the suite's 120 s for the whole test: beside a busy core (load 13) each of up to
+# eleven workers took about 10 s to import, and both tests ran out of the 120 s.
+@pytest.mark.timeout((KILLS + 1) * WORKER_TIMEOUT)
 @pytest.mark.parametrize(
     ("seed", "faults"), [(20261203, None), (4051, CHAOS)], ids=["quiet-server", "chaotic-server"]
 )

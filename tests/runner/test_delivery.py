@@ -6,6 +6,7 @@ Every test runs with both runners; most also with both plain and coroutine funct
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -547,6 +548,42 @@ def test_a_refused_result_is_reported_and_serve_still_ends(
     assert record.state is CallState.REJECTED
 
 
+def _waiting_once_all_run(count: int, flavour: Flavour) -> Callable[..., object]:
+    """``wait(n)``, which waits n hundredths of a second once ``count`` calls of it run:
+    the calls then end as far apart as their arguments say, however slowly a loaded
+    machine starts them (beside a busy core, eight calls took longer than the 50 ms a
+    result lingers for the others to start, and went out in two POSTs)."""
+    lock = threading.Lock()
+    arrived = [0]
+    all_running = threading.Event()
+
+    def arrive() -> None:
+        with lock:
+            arrived[0] += 1
+            if arrived[0] == count:
+                all_running.set()
+
+    def wait(n: int) -> int:
+        """Wait n hundredths of a second."""
+        arrive()
+        all_running.wait()
+        time.sleep(n / 100)
+        return n
+
+    if flavour == "def":
+        return wait
+
+    @functools.wraps(wait)
+    async def wait_in_a_coroutine(n: int) -> int:
+        # The async runner runs coroutines on its loop: wait for the others off it.
+        arrive()
+        await asyncio.to_thread(all_running.wait)
+        await asyncio.sleep(n / 100)
+        return n
+
+    return wait_in_a_coroutine
+
+
 @pytest.mark.parametrize(
     ("hundredths", "slow_results", "most_posts"),
     [
@@ -568,13 +605,7 @@ def test_parallel_results_go_out_in_few_requests(
 ) -> None:
     calls = [FunctionCall("wait", {"n": n}) for n in hundredths]
     harness = make_harness(make_core(scenario=one_turn(calls)), slow_results=slow_results)
-
-    def wait(n: int) -> int:
-        """Wait n hundredths of a second."""
-        time.sleep(n / 100)
-        return n
-
-    harness.runner.function(flavoured(wait, flavour))
+    harness.runner.function(_waiting_once_all_run(len(calls), flavour))
     session_id = harness.create_session()
 
     report = harness.serve(session_id)
