@@ -17,7 +17,8 @@ from anyio.from_thread import start_blocking_portal
 from openagentcore import AsyncClient, Client
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner import AsyncFunctionRunner, FunctionRunner, ServeReport, TurnResult
-from openagentcore.store import MemoryResultStore
+from openagentcore.runner._effects import ClaimCall, StoreAnswer
+from openagentcore.store import CallRecord, CallState, Claim, MemoryResultStore
 from openagentcore.types import FunctionCallAction, FunctionCallItem, FunctionCallOutputItem
 
 
@@ -222,3 +223,22 @@ class CallLog:
     def leave(self) -> None:
         with self._lock:
             self.running -= 1
+
+
+def won_claim(effect: ClaimCall, now: float) -> StoreAnswer:
+    """The store's answer to ``effect`` when the claim wins: attempt 1 of a fresh record,
+    its lease counted from ``now`` (for tests that drive the core message by message)."""
+    record = CallRecord(
+        key=effect.key,
+        function_name=effect.function_name,
+        arguments_hash=effect.arguments_hash,
+        state=CallState.STARTED,
+        result=None,
+        idempotency_key="oac-test",
+        attempts=1,
+        owner=effect.owner,
+        lease_expires_at=now + effect.lease_seconds,
+        created_at=now,
+        updated_at=now,
+    )
+    return StoreAnswer(effect, Claim(won=True, record=record))

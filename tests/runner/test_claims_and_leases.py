@@ -43,7 +43,6 @@ from openagentcore.runner._effects import (
 from openagentcore.runner._registry import FunctionRegistry, describe_function
 from openagentcore.store import (
     CallKey,
-    CallRecord,
     CallState,
     Claim,
     PostgresResultStore,
@@ -55,7 +54,7 @@ from openagentcore.store import (
 from openagentcore.store._sql import Transaction
 from openagentcore.types import FunctionCallAction, Session
 
-from ._support import Harness, applied_calls, one_turn
+from ._support import Harness, applied_calls, one_turn, won_claim
 
 SESSION = "sess_leases"
 TURN = "turn_leases"
@@ -104,23 +103,6 @@ def _of(effects: list[Effect], kind: type[T]) -> list[T]:
     return [effect for effect in effects if isinstance(effect, kind)]
 
 
-def _won(effect: ClaimCall, now: float) -> StoreAnswer:
-    record = CallRecord(
-        key=effect.key,
-        function_name=effect.function_name,
-        arguments_hash=effect.arguments_hash,
-        state=CallState.STARTED,
-        result=None,
-        idempotency_key="oac-test",
-        attempts=1,
-        owner=effect.owner,
-        lease_expires_at=now + effect.lease_seconds,
-        created_at=now,
-        updated_at=now,
-    )
-    return StoreAnswer(effect, Claim(won=True, record=record))
-
-
 def test_claims_are_taken_only_when_a_slot_is_free() -> None:
     core = _core(max_concurrency=1)
     _announce(core, 4, 0.0)
@@ -128,7 +110,7 @@ def test_claims_are_taken_only_when_a_slot_is_free() -> None:
     claims = _of(core.take_effects(0.0), ClaimCall)
 
     assert [claim.key.call_id for claim in claims] == ["call_0"]
-    core.on_store_answer(_won(claims[0], 0.0), 0.01)
+    core.on_store_answer(won_claim(claims[0], 0.0), 0.01)
     effects = core.take_effects(0.01)
     assert [run.key.call_id for run in _of(effects, RunFunction)] == ["call_0"]
     assert _of(effects, ClaimCall) == []  # the others are not claimed behind it
@@ -141,7 +123,7 @@ def test_a_claim_acknowledged_after_its_lease_lapsed_does_not_start_its_function
     _announce(core, 1, 0.0)
     (claim,) = _of(core.take_effects(0.0), ClaimCall)
 
-    core.on_store_answer(_won(claim, 0.0), LEASE + 2)
+    core.on_store_answer(won_claim(claim, 0.0), LEASE + 2)
     effects = core.take_effects(LEASE + 2)
 
     assert _of(effects, RunFunction) == []
@@ -157,7 +139,7 @@ def test_a_claim_acknowledged_late_starts_once_a_renewal_confirms_it() -> None:
     core = _core()
     _announce(core, 1, 0.0)
     (claim,) = _of(core.take_effects(0.0), ClaimCall)
-    core.on_store_answer(_won(claim, 0.0), LEASE + 2)
+    core.on_store_answer(won_claim(claim, 0.0), LEASE + 2)
     (renewal,) = _of(core.take_effects(LEASE + 2), RenewLeases)
 
     core.on_store_answer(StoreAnswer(renewal, ()), LEASE + 2.1)
@@ -170,7 +152,7 @@ def test_a_failed_confirmation_is_retried_later_and_never_starts_the_function() 
     core = _core()
     _announce(core, 1, 0.0)
     (claim,) = _of(core.take_effects(0.0), ClaimCall)
-    core.on_store_answer(_won(claim, 0.0), LEASE + 2)
+    core.on_store_answer(won_claim(claim, 0.0), LEASE + 2)
     (renewal,) = _of(core.take_effects(LEASE + 2), RenewLeases)
 
     core.on_store_answer(StoreAnswer(renewal, error=StoreUnavailableError("down")), LEASE + 2.1)
@@ -458,7 +440,7 @@ def reserve(seat: int) -> str:
 
 def _lost_to(effect: ClaimCall, state: CallState, now: float) -> StoreAnswer:
     """The claim lost to another worker's record of attempt 1, stale by the store's clock."""
-    won = _won(effect, now - 2 * LEASE).value
+    won = won_claim(effect, now - 2 * LEASE).value
     assert isinstance(won, Claim)
     record = replace(won.record, owner="worker-b", state=state)
     return StoreAnswer(effect, Claim(won=False, record=record, stale=True))
@@ -525,7 +507,7 @@ def test_calls_a_read_lists_beyond_the_free_slots_are_looked_up_not_left_waiting
     assert [claim.key.call_id for claim in _of(effects, ClaimCall)] == ["call_0"]
     lookups = _of(effects, Lookup)
     assert [lookup.key.call_id for lookup in lookups] == ["call_1", "call_2"]
-    saved = _won(_of(effects, ClaimCall)[0], 0.0).value
+    saved = won_claim(_of(effects, ClaimCall)[0], 0.0).value
     assert isinstance(saved, Claim)
     event = {"type": "agent.session.input.tool_result", "turn_id": TURN, "success": True}
     with_result = replace(

@@ -23,8 +23,10 @@ from openagentcore.runner._effects import (
     StoreAnswer,
 )
 from openagentcore.runner._registry import FunctionRegistry, describe_function
-from openagentcore.store import CallRecord, CallState, Claim
+from openagentcore.store import CallState, Claim
 from openagentcore.types import FunctionCallAction, Session
+
+from ._support import won_claim
 
 SESSION = "sess_stop"
 TURN = "turn_stop"
@@ -109,20 +111,10 @@ def test_a_result_post_answered_404_ends_the_calls_it_carried() -> None:
     core.take_effects(0.0)
     core.on_session_read(SessionOutcome(SESSION, _session("call_0")), 0.01)
     (claim,) = [effect for effect in core.take_effects(0.01) if isinstance(effect, ClaimCall)]
-    record = CallRecord(
-        key=claim.key,
-        function_name="ship",
-        arguments_hash=claim.arguments_hash,
-        state=CallState.STARTED,
-        result=None,
-        idempotency_key="oac-test",
-        attempts=1,
-        owner=claim.owner,
-        lease_expires_at=10.0,
-        created_at=0.0,
-        updated_at=0.0,
-    )
-    core.on_store_answer(StoreAnswer(claim, Claim(won=True, record=record)), 0.02)
+    won = won_claim(claim, 0.02)
+    core.on_store_answer(won, 0.02)
+    assert isinstance(won.value, Claim)
+    record = won.value.record
     assert any(isinstance(effect, RunFunction) for effect in core.take_effects(0.02))
     event = {
         "type": "agent.session.input.tool_result",

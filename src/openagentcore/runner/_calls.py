@@ -595,7 +595,8 @@ class CallMachine(ServeTracker):
     def _on_saved(self, call: Call, record: CallRecord, now: float) -> None:
         call.lease_held = False
         attempted, call.event = call.event, None
-        if call.run_result and attempted is not None and not _same_result(record, attempted):
+        ours = attempted is not None and _same_result(record, attempted)
+        if call.run_result and attempted is not None and not ours:
             self._lost_race(call, attempted, record)
         if not record.has_result():
             if cleared_to_rerun(record):
@@ -609,7 +610,7 @@ class CallMachine(ServeTracker):
             self._rejected(call, record, now, newly=False)
             return
         call.record = record
-        call.found_saved = attempted is None or not _same_result(record, attempted)
+        call.found_saved = not ours
         self._enter(call, Phase.READY, now)
 
     def _lost_race(self, call: Call, outcome: dict[str, Any], record: CallRecord) -> None:

@@ -215,6 +215,7 @@ class Driver(AsyncServing, abc.ABC):
         """A look at the core after each round (the simulator checks its bookkeeping)."""
 
     def _perform_stores(self, batch: list[pump.StoreEffect]) -> list[pump.StoreAnswer]:
+        """A batch of store calls, one after another on one store thread."""
         return [self._perform_store(effect) for effect in batch]
 
     def _perform_store(self, effect: pump.StoreEffect) -> pump.StoreAnswer:
@@ -275,8 +276,11 @@ class Driver(AsyncServing, abc.ABC):
             message = finished.result()
             if message is None or self._inbox is None:
                 return
-            for each in message if isinstance(message, list) else [message]:
-                self._inbox.put(each)
+            if isinstance(message, list):  # a batch of store answers
+                for answer in message:
+                    self._inbox.put(answer)
+            else:
+                self._inbox.put(message)
 
         future.add_done_callback(done)
 
