@@ -502,8 +502,13 @@ class SimRunner(Driver):
         no served Session waits for a read due further off than the longest wait the
         runner's policy has (a poll, or a store retry): a serve, stopped or idle, cannot
         return before that read (a failed claim once put it at clock 0.0, and a
-        monotonic clock may read below zero)."""
+        monotonic clock may read below zero). And a round judges only the serves of
+        Sessions touched since the last: every serve left out must be one that could
+        not return (the pump would otherwise leave it waiting for news that never
+        comes)."""
+        self._read_times_kept()
         self._reads_due_soon()
+        self._untouched_serves_cannot_finish()
         scanned = {
             call.key.session_id
             for call in self._core.calls.values()
@@ -513,6 +518,51 @@ class SimRunner(Driver):
             if self._core.busy(session_id) != (session_id in scanned):
                 raise Violation(
                     f"seed {self.world.seed}: busy({session_id}) disagrees with a scan of its calls"
+                )
+
+    def _untouched_serves_cannot_finish(self) -> None:
+        core = self._core
+        if core._touched_all:
+            return
+        for serve in core.serves.values():
+            verdict = self._verdicts.get(serve.id)
+            if serve.session_id in core._touched or verdict is None or verdict.done():
+                continue
+            try:
+                ready = core.may_finish(serve)
+            except Exception as exc:
+                ready, why = True, f"has a fatal error ({exc!r})"
+            else:
+                why = "could return"
+            # A settled serve waits for its progress marks: their write, or its retry,
+            # touches every serve when it ends.
+            marks = serve.until not in ("connected", "created") and (
+                core._marks_writing or core._marks_failed
+            )
+            if ready and not marks:
+                raise Violation(
+                    f"seed {self.world.seed}: {core.owner}'s serve {serve.id} of "
+                    f"{serve.session_id} ({serve.until}) {why} but was not judged: no change "
+                    "to its Session touched it"
+                )
+
+    def _read_times_kept(self) -> None:
+        """The core keeps when each Session is read next, refreshed only for Sessions
+        touched since: a Session left out must have the time a fresh look gives."""
+        core = self._core
+        if core._reads_all or core._touched_all:
+            return
+        stale = core._reads_stale | core._touched
+        for session_id in set(core._serves_by_session) | set(core._next_reads):
+            if session_id in stale:
+                continue
+            serves = core._serves_by_session.get(session_id, {})
+            fresh = core._next_read(core._view(session_id), serves.values()) if serves else None
+            if core._next_reads.get(session_id) != fresh:
+                raise Violation(
+                    f"seed {self.world.seed}: {core.owner} keeps {session_id}'s next read at "
+                    f"{core._next_reads.get(session_id)}, but it is due at {fresh}: no change "
+                    "to the Session touched it"
                 )
 
     def _reads_due_soon(self) -> None:

@@ -276,6 +276,21 @@ def _failed_claims_read_again_at_clock_zero(runner: SimRunner) -> None:
     core._on_store_error = on_store_error_from_zero  # type: ignore[method-assign]
 
 
+def _serves_waiting_for_failed_marks_left_unjudged(runner: SimRunner) -> None:
+    """Reverts the fix found by the check that a round judges every serve that could
+    return: a new progress mark ends the wait of a serve settled but for marks whose
+    write failed (it may write them now), yet no round judged that serve again."""
+    core = runner._core
+    queue_mark = core._queue_mark
+
+    def queue_mark_judging_nobody(key: CallKey, to: CallState, now: float) -> None:
+        judge_all = core._touched_all
+        queue_mark(key, to, now)
+        core._touched_all = judge_all
+
+    core._queue_mark = queue_mark_judging_nobody  # type: ignore[method-assign]
+
+
 def _found_results_of_cancelled_turns_kept_unsent(runner: SimRunner) -> None:
     """Reverts the repost of a result found saved for a Turn known cancelled: it is
     marked ``abandoned`` unsent, though whoever saved it may have posted it."""
@@ -341,6 +356,7 @@ def _violation(seed: int, mutate: Callable[[SimRunner], None] | None) -> str | N
         _a_read_raises_during_chaos,
         _failed_claims_read_again_at_clock_zero,
         _found_results_of_cancelled_turns_kept_unsent,
+        _serves_waiting_for_failed_marks_left_unjudged,
         _hooks_share_the_store_threads,
         _serve_grace_unbounded,
         _failing_servers_never_given_up,

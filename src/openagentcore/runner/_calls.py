@@ -114,7 +114,7 @@ _ANSWERED_IN: dict[type, Phase] = {
 }
 
 #: Phases the clockwork acts on (with calls that have a store retry or a deadline).
-_WATCHED = frozenset({Phase.WAITING, Phase.QUEUED, Phase.READY, Phase.BACKOFF})
+_WATCHED = frozenset({Phase.WAITING, Phase.QUEUED})
 #: Saved results wait (up to ``BATCH_LINGER``) for calls of their Session in these.
 _LINGER_FOR = NOT_STARTED | {Phase.WAITING, Phase.QUEUED, Phase.RUNNING, Phase.SAVING}
 
@@ -152,12 +152,14 @@ class CallMachine(ServeTracker):
         for call in self._watch.values():
             if call.retry is not None:
                 due.append(call.not_before)
-            elif call.phase in (Phase.READY, Phase.BACKOFF):
-                if not self._view(call.key.session_id).posting:  # else: the POST's answer
-                    ready = call.ready_at + BATCH_LINGER
-                    due.append(call.not_before if call.phase is Phase.BACKOFF else ready)
             elif call.phase is Phase.RUNNING and call.deadline is not None:
                 due.append(call.deadline)
+        for session_id, postable in self._postable.items():
+            if self._view(session_id).posting:
+                continue  # the POST's answer wakes the pump
+            for call in postable.values():
+                ready = call.ready_at + BATCH_LINGER
+                due.append(call.not_before if call.phase is Phase.BACKOFF else ready)
 
     def _consider(self, pending: PendingCall, now: float, *, read: bool = False) -> None:
         known = self.calls.get(pending.key)
@@ -631,16 +633,17 @@ class CallMachine(ServeTracker):
         self._effects.append(KeepLateOutcome(call.key, outcome))
 
     def _take_batches(self, now: float) -> None:
-        by_session: dict[str, list[Call]] = {}
-        for call in list(self._watch.values()):
-            if call.phase is Phase.READY or (
-                call.phase is Phase.BACKOFF and call.not_before <= now
-            ):
-                if self._cancelled_unsent(call, now):
-                    continue
-                by_session.setdefault(call.key.session_id, []).append(call)
-        for session_id, calls in by_session.items():
-            if self._view(session_id).posting or self._lingering(session_id, calls, now):
+        for session_id, postable in list(self._postable.items()):
+            view = self._view(session_id)
+            if view.posting and not view.cancelled_turns:
+                continue  # nothing to send yet, nor to drop unsent
+            calls = [
+                call
+                for call in list(postable.values())
+                if (call.phase is Phase.READY or call.not_before <= now)
+                and not self._cancelled_unsent(call, now)
+            ]
+            if not calls or view.posting or self._lingering(session_id, calls, now):
                 continue
             chunks = [[call] for call in calls if call.alone]
             together = [call for call in calls if not call.alone]
@@ -686,6 +689,7 @@ class CallMachine(ServeTracker):
         return any(call.phase in _LINGER_FOR for call in self._view(session_id).calls.values())
 
     def on_posted(self, outcome: PostOutcome, now: float) -> None:
+        self._touched.add(outcome.batch.session_id)
         view = self._sessions.get(outcome.batch.session_id)
         if view is not None and view.posting:
             view.posting -= 1
@@ -815,6 +819,7 @@ class CallMachine(ServeTracker):
         call.retry = effect
         call.not_before = self._store_retry_at
         self._watch[call.key] = call
+        self._touched.add(call.key.session_id)
 
     def _on_store_refused(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
         """A permanent store error (data the store cannot hold): the model gets a failed

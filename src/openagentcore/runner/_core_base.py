@@ -56,6 +56,8 @@ IDLE_PHASES = frozenset({Phase.POSTED, Phase.DONE})
 NOT_STARTED = frozenset({Phase.CLAIMING, Phase.LOOKING})
 #: Phases in which a call of a served function keeps a concurrency slot for itself.
 _SLOT_PHASES = frozenset({Phase.CLAIMING, Phase.TAKING_OVER, Phase.QUEUED})
+#: Saved results waiting for their POST (now, or after a backoff).
+_POSTABLE = frozenset({Phase.READY, Phase.BACKOFF})
 
 
 @dataclass(slots=True, eq=False)
@@ -275,14 +277,31 @@ class CoreBase:
         self._reserved: dict[CallKey, Call] = {}
         #: Calls waiting for a slot, in line behind those.
         self._waiting: dict[CallKey, Call] = {}
+        #: Saved results waiting for their POST, by Session: a Session with a POST in
+        #: flight is passed over whole, however many results it holds back.
+        self._postable: dict[str, dict[CallKey, Call]] = {}
         self._store_failures = 0
         self._store_retry_at = float("-inf")  # monotonic clocks may start anywhere
+        #: Sessions whose serves may have become able to return since they were last
+        #: judged (a call of theirs moved, the server answered about them): a round
+        #: judges only their serves, so it costs what changed, not every serve.
+        self._touched: set[str] = set()
+        #: Something any serve may wait on changed (progress marks written, a stop, a
+        #: serve attached or changed by its driver): the next round judges them all.
+        self._touched_all = True
+        #: When each served Session is read next, for those that will be read: kept up
+        #: to date for the Sessions touched since (``_reads_stale``, and all of them
+        #: after ``_reads_all``), so a round does not look at every Session.
+        self._next_reads: dict[str, float] = {}
+        self._reads_stale: set[str] = set()
+        self._reads_all = True
 
     def _emit(self, call: Call, effect: Effect, now: float) -> None:
         if now < self._store_retry_at:
-            call.retry = effect
+            call.retry = effect  # idle until the store is back: a pass may end now
             call.not_before = self._store_retry_at
             self._watch[call.key] = call
+            self._touched.add(call.key.session_id)
         else:
             if isinstance(effect, (ClaimCall, TakeOver)):
                 call.claim_sent_at = now
@@ -307,6 +326,7 @@ class CoreBase:
         concurrency slots need no scan."""
         check_move(call.phase, phase, call.key.call_id)
         call.phase = phase
+        self._touched.add(call.key.session_id)
         if phase in _SLOT_PHASES and call.function is not None and self.calls.get(call.key) is call:
             self._reserved[call.key] = call
         elif self._reserved.get(call.key) is call:
@@ -315,6 +335,10 @@ class CoreBase:
             self._waiting[call.key] = call
         elif self._waiting.get(call.key) is call:
             del self._waiting[call.key]
+        if phase in _POSTABLE and self.calls.get(call.key) is call:
+            self._postable.setdefault(call.key.session_id, {})[call.key] = call
+        else:
+            self._unpost(call)
         view = self._sessions.get(call.key.session_id)
         if view is None or view.calls.get(call.key) is not call:
             return  # forgotten: a late answer moves it, but nobody waits on it
@@ -328,16 +352,27 @@ class CoreBase:
             del self._reserved[call.key]
         if self._waiting.get(call.key) is call:
             del self._waiting[call.key]
+        self._unpost(call)
         self.calls.pop(call.key, None)
         self._watch.pop(call.key, None)
+        self._touched.add(call.key.session_id)
         view = self._view(call.key.session_id)
         view.calls.pop(call.key, None)
         view.unsettled.discard(call.key)
 
+    def _unpost(self, call: Call) -> None:
+        postable = self._postable.get(call.key.session_id)
+        if postable is not None and postable.get(call.key) is call:
+            del postable[call.key]
+            if not postable:
+                del self._postable[call.key.session_id]
+
     def _enter(self, call: Call, phase: Phase, now: float) -> None:
-        """Move ``call`` to a phase the clockwork acts on (queued, ready, backoff)."""
+        """Move ``call`` to a phase the clockwork acts on (waiting, queued, ready,
+        backoff); saved results are kept by Session, in ``_postable``."""
         self._move(call, phase)
-        self._watch[call.key] = call
+        if phase not in _POSTABLE:
+            self._watch[call.key] = call
         if phase is Phase.READY:
             call.ready_at = now
 
@@ -348,6 +383,7 @@ class CoreBase:
         self._emit(call, Release(call.key, self.owner), now)
 
     def _want_read(self, view: SessionView, now: float) -> None:
+        self._touched.add(view.session_id)
         view.read_at = now if view.read_at is None else min(view.read_at, now)
 
     def _view(self, session_id: str) -> SessionView:

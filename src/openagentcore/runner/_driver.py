@@ -196,7 +196,6 @@ class Driver(AsyncServing, abc.ABC):
             if self._closing:
                 return
             decided = pump.run_round(self._core, self._observer, messages, self._now())
-            self._after_round()
             for serve_id, error in decided.verdicts.items():
                 future = self._verdicts.get(serve_id)
                 if future is None or future.done():
@@ -205,6 +204,7 @@ class Driver(AsyncServing, abc.ABC):
                     future.set_result(None)
                 else:
                     future.set_exception(error)
+            self._after_round()
             spent, self._round = self._round, self._rt.future()
             assert spent is not None
             spent.set_result(None)

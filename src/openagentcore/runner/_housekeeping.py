@@ -75,7 +75,9 @@ class Housekeeping(CoreBase):
             # while this call finished): no more results to batch with, write at once.
             self._marks_due = min(self._marks_due, now)
         self._marks[key] = to  # a later mark (applied) supersedes an earlier one
-        self._marks_failed = False
+        if self._marks_failed:
+            self._marks_failed = False
+            self._touched_all = True  # a serve left waiting for marks may write them now
 
     def _marks_outstanding(self, session_id: str) -> bool:
         return self._marks_writing or any(k.session_id == session_id for k in self._marks)
@@ -90,6 +92,7 @@ class Housekeeping(CoreBase):
 
     def _on_marks_written(self, effect: WriteMarks, error: Exception | None, now: float) -> None:
         self._marks_writing = False
+        self._touched_all = True  # serves of every Session waited for this write
         if error is None:
             self._store_ok()
             return

@@ -150,7 +150,7 @@ def feed(core: RunnerCore, message: Message, now: float) -> None:
     elif isinstance(message, Stop):
         core.stop(message.last_serve, force=message.force)
     elif isinstance(message, Wake):
-        return
+        core.touch()  # a driver attached, detached or changed a serve
     else:
         serve = core.serves.get(message.serve_id)
         if serve is None:
@@ -165,6 +165,7 @@ def feed(core: RunnerCore, message: Message, now: float) -> None:
             # The server stayed unreachable past ``unreachable_timeout`` (see Reconnect):
             # the serve raises that, naming the URL, rather than a generic RunnerError.
             serve.fatal = message.error
+            core.touch(serve.session_id)
         else:
             core.on_stream_failed(serve, message.error)
 
@@ -233,9 +234,10 @@ def carry(carrier: Carrier, effects: Iterable[Effect]) -> list[StoreEffect]:
 
 def judge(core: RunnerCore, now: float) -> dict[int, BaseException | None]:
     """The serves that may return now: ``None`` for a clean finish, or the error to
-    raise in the serve's caller."""
+    raise in the serve's caller. Only serves whose Sessions were touched since the last
+    judgement are looked at (the simulator checks that no other serve could return)."""
     verdicts: dict[int, BaseException | None] = {}
-    for serve in list(core.serves.values()):
+    for serve in core.serves_to_judge():
         try:
             if core.finished(serve, now):
                 verdicts[serve.id] = None

@@ -87,6 +87,7 @@ class ServeTracker(Housekeeping, abc.ABC):
         serve = Serve(self._last_serve_id, session_id, until, ServeReport(session_id))
         self.serves[serve.id] = serve
         self._serves_by_session.setdefault(session_id, {})[serve.id] = serve
+        self._touched.add(session_id)
         view = self._view(session_id)
         if until == "once":
             self._want_read(view, now)
@@ -133,6 +134,7 @@ class ServeTracker(Housekeeping, abc.ABC):
         """Ask the serves attached up to ``last_serve`` (those running when ``stop()``
         was called, not later ones) to finish what they started; with ``force``, their
         running functions are asked to stop too (cancelled)."""
+        self._touched_all = True
         for serve in self.serves.values():
             if serve.id > last_serve:
                 continue
@@ -146,6 +148,7 @@ class ServeTracker(Housekeeping, abc.ABC):
         if not serve.stopping:
             serve.stopping = True
             serve.finishing = frozenset(self._view(serve.session_id).unsettled)
+            self._touched.add(serve.session_id)
 
     def expect_turn(self, serve: Serve, reconnects: int, input_key: ContentKey) -> bool:
         """``run_turn`` is about to send its input, whose first message has the content
@@ -180,8 +183,55 @@ class ServeTracker(Housekeeping, abc.ABC):
             # have passed unseen. Only a read of the Turn tells.
             self._want_read(self._view(serve.session_id), now)
 
+    def serves_to_judge(self) -> list[Serve]:
+        """The serves that may have become able to return since this was last asked:
+        those of the Sessions touched since (all of them after a change any serve may
+        wait on). A serve nothing touched stays as it was judged."""
+        if self._touched_all:
+            serves = list(self.serves.values())
+            self._reads_all = True
+        else:
+            self._reads_stale |= self._touched
+            by_session = self._serves_by_session
+            serves = [
+                serve
+                for session_id in self._touched
+                for serve in by_session.get(session_id, {}).values()
+            ]
+        self._touched.clear()
+        self._touched_all = False
+        return serves
+
+    def touch(self, session_id: str | None = None) -> None:
+        """Have the next round judge the serves of ``session_id`` (``None``: all): their
+        driver changed them, or news about their Session arrived."""
+        if session_id is None:
+            self._touched_all = True
+        else:
+            self._touched.add(session_id)
+
     def finished(self, serve: Serve, now: float) -> bool:
         """Whether ``serve`` may return now. Raises the serve's fatal error, if any."""
+        if not self.may_finish(serve):
+            return False
+        if serve.until in ("connected", "created"):
+            return True
+        if self._marks_outstanding(serve.session_id):
+            if not self._marks_writing and not self._marks_failed:
+                self._flush_marks(now)
+            return False
+        serve.report.final_status = self._view(serve.session_id).status
+        refused = self._refused_in_turn(serve) if serve.until == "turn" else []
+        if refused and serve.target_turn_status not in _TURN_ENDED:
+            serve.target_turn_status = "waiting"
+            for key in refused:  # refused before this serve attached, too
+                if key not in serve.report.rejected:
+                    serve.report.rejected.append(key)
+        return True
+
+    def may_finish(self, serve: Serve) -> bool:
+        """Whether ``serve`` has what it waits for, but perhaps the writing of its
+        Session's progress marks; changes nothing. Raises the serve's fatal error."""
         if serve.fatal is not None:
             raise serve.fatal
         if serve.until == "connected":
@@ -190,20 +240,7 @@ class ServeTracker(Housekeeping, abc.ABC):
         if serve.until == "created":
             dropped = serve.report.reconnects != serve.reconnects_at_turn_start
             return serve.created_turn is not None or dropped
-        settled = self._settled(serve)
-        if settled and self._marks_outstanding(serve.session_id):
-            if not self._marks_writing and not self._marks_failed:
-                self._flush_marks(now)
-            return False
-        if settled:
-            serve.report.final_status = self._view(serve.session_id).status
-            refused = self._refused_in_turn(serve) if serve.until == "turn" else []
-            if refused and serve.target_turn_status not in _TURN_ENDED:
-                serve.target_turn_status = "waiting"
-                for key in refused:  # refused before this serve attached, too
-                    if key not in serve.report.rejected:
-                        serve.report.rejected.append(key)
-        return settled
+        return self._settled(serve)
 
     def _refused_in_turn(self, serve: Serve) -> list[CallKey]:
         """The refused results ``run_turn``'s Turn waits on: it cannot end until a person
@@ -262,14 +299,17 @@ class ServeTracker(Housekeeping, abc.ABC):
 
     def on_connected(self, serve: Serve, now: float) -> None:
         """The serve's stream (re)opened: what it missed is in a fresh Session read."""
+        self._touched.add(serve.session_id)
         serve.connected = True
         self._want_read(self._view(serve.session_id), now)
 
     def on_dropped(self, serve: Serve) -> None:
+        self._touched.add(serve.session_id)
         serve.report.reconnects += 1
 
     def on_stream_failed(self, serve: Serve, error: Exception) -> None:
         """The stream cannot be opened again: the serve ends with an error."""
+        self._touched.add(serve.session_id)
         if isinstance(error, NotFoundError):
             self._session_gone(serve.session_id, error)
             return
@@ -279,6 +319,7 @@ class ServeTracker(Housekeeping, abc.ABC):
     def on_event(self, serve: Serve, event: SessionEvent, now: float) -> None:
         """One live stream event of ``serve``'s Session (drivers pass only those it
         ``heeds``)."""
+        self._touched.add(serve.session_id)
         if isinstance(event, SessionSnapshotEvent):
             self._view(serve.session_id).snapshots_streamed += 1
             self._on_session(serve.session_id, event.session, now)
@@ -342,6 +383,7 @@ class ServeTracker(Housekeeping, abc.ABC):
             self._effects.append(CancelFunction(call.key))
 
     def on_session_read(self, answer: SessionOutcome, now: float) -> None:
+        self._touched.add(answer.session_id)
         view = self._view(answer.session_id)
         view.reading = False
         if answer.error is not None:
@@ -551,25 +593,45 @@ class ServeTracker(Housekeeping, abc.ABC):
             return view.last_read + self.poll_interval
         return None
 
+    def _refresh_reads(self) -> None:
+        """Bring ``_next_reads`` up to date for the Sessions touched since."""
+        if self._reads_all or self._touched_all:
+            self._next_reads.clear()
+            stale: Iterable[str] = list(self._serves_by_session)
+        else:
+            stale = self._reads_stale | self._touched
+        for session_id in stale:
+            serves = self._serves_by_session.get(session_id)
+            read_at = (
+                None if serves is None else self._next_read(self._view(session_id), serves.values())
+            )
+            if read_at is None:
+                self._next_reads.pop(session_id, None)
+            else:
+                self._next_reads[session_id] = read_at
+        self._reads_stale.clear()
+        self._reads_all = False
+
     def _reads_due(self, now: float) -> None:
         """Send the Session reads due now (only Sessions with serves are read)."""
-        for session_id, serves in self._serves_by_session.items():
+        self._refresh_reads()
+        due = [session_id for session_id, at in self._next_reads.items() if at <= now]
+        for session_id in due:
+            serves = self._serves_by_session[session_id]
             view = self._view(session_id)
-            read_at = self._next_read(view, serves.values())
-            if read_at is not None and read_at <= now:
-                view.reading = True
-                view.read_at = None
-                view.snapshots_when_read = view.snapshots_streamed
-                view.reads_sent += 1
-                turn = next((s.target_turn for s in serves.values() if s.target_turn), None)
-                self._effects.append(ReadSession(session_id, turn))
+            view.reading = True
+            view.read_at = None
+            view.snapshots_when_read = view.snapshots_streamed
+            view.reads_sent += 1
+            turn = next((s.target_turn for s in serves.values() if s.target_turn), None)
+            self._effects.append(ReadSession(session_id, turn))
+            del self._next_reads[session_id]  # read now: not again before its answer
 
     def _read_wakeups(self, due: list[float]) -> None:
         """Add when each served Session is read next to ``due``."""
-        for session_id, serves in self._serves_by_session.items():
-            read_at = self._next_read(self._view(session_id), serves.values())
-            if read_at is not None:
-                due.append(read_at)
+        self._refresh_reads()
+        if self._next_reads:
+            due.append(min(self._next_reads.values()))
 
     @abc.abstractmethod
     def _consider(self, pending: PendingCall, now: float, *, read: bool = False) -> None:
