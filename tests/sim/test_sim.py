@@ -694,14 +694,22 @@ def _close_leaves_marks_unwritten(runner: SimRunner) -> None:
 
 
 def _idle_serves_wait_for_every_session(runner: SimRunner) -> None:
-    """A serve waits until no Session of its runner is busy, not only its own."""
+    """A serve waits until no Session of its runner is busy, not only its own. Every
+    round judges every serve here, or the check that no serve left unjudged could
+    return would see it first (a serve judged by its own Session's changes only)."""
     core = runner._core
     settled = core._settled
+    serves_to_judge = core.serves_to_judge
 
     def waiting(serve: Serve) -> bool:
         return not core.busy() and settled(serve)
 
+    def every_serve() -> list[Serve]:
+        serves_to_judge()
+        return list(core.serves.values())
+
     core._settled = waiting  # type: ignore[method-assign]
+    core.serves_to_judge = every_serve  # type: ignore[method-assign]
 
 
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
