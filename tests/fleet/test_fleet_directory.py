@@ -8,7 +8,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,3 +249,42 @@ def test_a_lapsed_workers_join_does_not_count_as_the_groups(
     b.heartbeat("new")
     plan, _ = b.plan("new", ttl=TTL, slack=1, max_sessions=None, settle=30.0)
     assert plan.forming_for > 29.0
+
+
+def test_waking_adopt_does_not_lock_the_active_sessions_it_finds() -> None:
+    """Every worker's first sweep re-adopts every Session that waits for a call, to
+    wake the parked ones. That upsert locked each row it met until it committed, parked
+    or not, and a worker taking its share meanwhile skipped them all (SKIP LOCKED): at
+    a cold start the first worker took nothing and waited for its next round."""
+    dsn = os.environ.get(POSTGRES_DSN_ENV)
+    if not dsn:
+        pytest.skip(f"set {POSTGRES_DSN_ENV} to run against PostgreSQL")
+    import psycopg
+
+    schema = f"oac_fleet_{secrets.token_hex(4)}"
+    taken: list[int] = []
+
+    class TakingBeforeCommit(PostgresDirectory):
+        """Another worker takes Sessions while this one's transaction is open."""
+
+        @contextmanager
+        def _tx(self) -> Iterator[Any]:
+            with super()._tx() as cur:
+                yield cur
+                if taking is not None:
+                    taken.append(len(taking.acquire("b", 5, ttl=60.0)))
+
+    taking: Directory | None = None
+    a = TakingBeforeCommit(dsn, schema=schema)
+    b = PostgresDirectory(dsn, schema=schema)
+    try:
+        a.adopt(SESSIONS)
+        b.heartbeat("b")
+        taking = b
+        a.adopt(SESSIONS)  # the sweep: all active, none parked
+        assert taken == [5]
+    finally:
+        a.close()
+        b.close()
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -289,22 +289,30 @@ class Directory(abc.ABC):
         with ``wake``); an owned active Session keeps its owner. Idempotent."""
         if not sessions:
             return
-        on_conflict = (
-            "DO UPDATE SET state = 'active', updated_at = excluded.updated_at "
-            f"WHERE {self._sessions}.state = 'parked'"
-            if wake
-            else "DO NOTHING"
-        )
         with self._tx() as cur:
             cur.executemany(
                 self._sql(
                     f"INSERT INTO {self._sessions} (group_name, session_id, agent_id, "
                     f"state, owner, epoch, updated_at) VALUES (%s, %s, %s, 'active', NULL, "
-                    f"0, {self._now}) ON CONFLICT (group_name, session_id) {on_conflict}"
+                    f"0, {self._now}) ON CONFLICT (group_name, session_id) DO NOTHING"
                 ),
                 [(self.group, session_id, agent_id) for session_id, agent_id in sessions],
             )
-            if cur.rowcount:  # a sweep that finds nothing new wakes nobody
+            changed = cur.rowcount
+            if wake:
+                # An UPDATE locks only the rows it changes (the parked ones); an upsert
+                # locked every row it met until commit, and workers taking their share
+                # meanwhile skipped them all (SKIP LOCKED).
+                cur.executemany(
+                    self._sql(
+                        f"UPDATE {self._sessions} SET state = 'active', "
+                        f"updated_at = {self._now} "
+                        "WHERE group_name = %s AND session_id = %s AND state = 'parked'"
+                    ),
+                    [(self.group, session_id) for session_id, _ in sessions],
+                )
+                changed += cur.rowcount
+            if changed:  # a sweep that finds nothing new wakes nobody
                 self._notify(cur)
 
     def release_session(self, session_id: str) -> bool:
