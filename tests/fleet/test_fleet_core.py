@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openagentcore.runner._fleet_core import (
-    FORMING_FRACTION,
+    FORMING_ROOM,
     SessionRow,
     WorkerRow,
     decide,
@@ -230,7 +230,7 @@ def start_together(directory: FormingDirectory, phases: dict[str, float], until:
 
 
 together_strategy = st.lists(
-    st.floats(0, INTERVAL, exclude_max=True), min_size=2, max_size=FORMING_FRACTION
+    st.floats(0, INTERVAL, exclude_max=True), min_size=2, max_size=FORMING_ROOM + 1
 )
 
 
@@ -239,7 +239,7 @@ together_strategy = st.lists(
 def test_workers_started_within_the_settle_window_take_each_session_once(
     sessions: int, phase_list: list[float]
 ) -> None:
-    """Up to FORMING_FRACTION workers whose first rounds fall within one interval:
+    """Up to FORMING_ROOM + 1 workers whose first rounds fall within one interval:
     nobody takes more than its final share while the group forms, so no Session moves
     (without the formation, the first took every Session and gave most back)."""
     phases = {f"w{n}": phase for n, phase in enumerate(phase_list)}
@@ -261,7 +261,7 @@ def test_without_a_settle_window_the_first_worker_takes_everything_and_gives_bac
 
 
 @given(st.integers(0, 200), st.integers(1, 20), st.integers(0, 5), st.floats(0.01, 5))
-def test_a_forming_worker_takes_a_quarter_of_its_share_and_gives_back_nothing_early(
+def test_a_forming_worker_leaves_room_for_more_workers_and_gives_back_nothing_early(
     active: int, live: int, held: int, left: float
 ) -> None:
     held = min(held, active)
@@ -270,7 +270,8 @@ def test_a_forming_worker_takes_a_quarter_of_its_share_and_gives_back_nothing_ea
     forming = decide(mine, active=active, live=live, free=free, forming_for=left)
     formed = decide(mine, active=active, live=live, free=free)
     share = fair_share(active, live)
-    assert forming.acquire == max(0, min(math.ceil(share / FORMING_FRACTION) - held, free))
+    room = math.ceil(active / (live + FORMING_ROOM))
+    assert forming.acquire == max(0, min(room - held, free))
     assert forming.forming_for == left
     assert forming.release == formed.release  # the cap bounds taking, not giving back
     assert formed.acquire == max(0, min(share - held, free))

@@ -207,19 +207,20 @@ def test_a_group_forms_for_the_settle_time_after_its_oldest_live_worker_joined(
     open_directory: Callable[[], Directory],
 ) -> None:
     """The formation is counted on the directory's clock from the first join among the
-    live workers: a later joiner sees less of it left, and takes a quarter of its
-    share meanwhile; a worker that joins a formed group takes its whole share."""
+    live workers: a later joiner sees less of it left, and meanwhile takes the share
+    it would have with three more workers; a worker that joins a formed group takes
+    its whole share."""
     a, b = open_directory(), open_directory()
     a.adopt([(f"sess_{n:02}", "agent_a") for n in range(40)])
     a.heartbeat("a")
     first, _ = a.plan("a", ttl=60.0, slack=1, max_sessions=None, settle=60.0)
     assert 59.0 < first.forming_for <= 60.0
-    assert first.acquire == 10  # a quarter of 40, alone
+    assert first.acquire == 10  # 40 over 1 + 3
     assert len(a.acquire("a", first.acquire, ttl=60.0)) == 10
     b.heartbeat("b")
     later, _ = b.plan("b", ttl=60.0, slack=1, max_sessions=None, settle=60.0)
     assert 0 < later.forming_for <= first.forming_for
-    assert later.acquire == 5  # a quarter of 20
+    assert later.acquire == 8  # 40 over 2 + 3
     b.heartbeat("b")  # a later heartbeat is no new join: the formation still counts
     again, _ = b.plan("b", ttl=60.0, slack=1, max_sessions=None, settle=60.0)
     assert again.forming_for <= later.forming_for

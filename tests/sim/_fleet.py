@@ -24,7 +24,7 @@ Invariants, checked as the history runs and at its end:
   it, within the TTL and a few rounds;
 - each call runs at most once across ownership changes, and every call is answered.
 
-Each seed also runs a *cold start*: 2 to ``FORMING_FRACTION`` workers started within
+Each seed also runs a *cold start*: 2 to ``FORMING_ROOM + 1`` workers started within
 half a heartbeat interval over Sessions adopted before them, without faults or
 parking (a parked Session shrinks the shares, and the excess that frees moves as
 designed). There each Session is taken once: while the group forms nobody takes more
@@ -275,7 +275,7 @@ class FleetWorld:
             for _ in range(rng.randint(1, 4)):
                 self.new_call(session)
             self.directory.adopt(session)
-        for _ in range(rng.randint(2, _fleet_core.FORMING_FRACTION)):
+        for _ in range(rng.randint(2, _fleet_core.FORMING_ROOM + 1)):
             self.start_worker(within=HEARTBEAT / 2)
         self.at(COLD_START_END, lambda: None)
         while self._events:

@@ -2,7 +2,7 @@
 a group through the directory (:mod:`._fleet_directory`).
 
 Each round of the loop heartbeats, asks the directory for the worker's plan (its fair
-share, a quarter of it while the group forms, see :mod:`._fleet_core`), stops following
+share, less while the group forms, see :mod:`._fleet_core`), stops following
 the Sessions it no longer holds at the epoch it took them (fenced), gives back its
 excess and takes orphans. Each Session it holds is followed by
 ``runner.serve(until="idle")``; once idle, it lingers ``park_after`` seconds following

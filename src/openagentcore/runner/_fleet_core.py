@@ -16,10 +16,12 @@ The rules:
   when workers join and leave); so when a worker joins, only the excess of the others
   moves, and none between them.
 - While a group *forms* (its oldest live worker joined less than a heartbeat interval
-  ago), a worker holds at most a quarter of its share: workers started together see
-  each other's first heartbeats within that interval, and the first to join would
-  otherwise take every Session while it seems alone and give most of them back as the
-  others join (each move a new event stream and more reads of the Session).
+  ago), a worker takes no more than its share would be if ``FORMING_ROOM`` more
+  workers joined: workers started together see each other's first heartbeats within
+  that interval, and the first to join would otherwise take every Session while it
+  seems alone and give most of them back as the others join (each move a new event
+  stream and more reads of the Session). Groups of up to ``FORMING_ROOM + 1`` workers
+  started together so take each Session once.
 - Every ownership write names the owner and epoch the writer believes in; taking a
   Session bumps the epoch, so a worker whose Session was taken (it lapsed) cannot
   release, park or keep it: it is *fenced*.
@@ -36,7 +38,7 @@ __all__ = [
     "Plan",
     "SessionRow",
     "WorkerRow",
-    "FORMING_FRACTION",
+    "FORMING_ROOM",
     "fair_share",
     "formation_left",
     "is_live",
@@ -48,9 +50,10 @@ __all__ = [
 
 State = Literal["active", "parked"]
 
-#: While its group forms, a worker holds at most its share over this: enough to start
-#: work, and no more than the final share of a group up to this many workers.
-FORMING_FRACTION = 4
+#: While its group forms, a worker takes no more than its share would be with this many
+#: more workers: enough to start work, and no more than its final share in a group of
+#: up to this many more.
+FORMING_ROOM = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +158,8 @@ def decide(
     """:func:`plan` from counts, as a directory reads them in one query: ``mine`` the
     worker's active Sessions with their epochs, ``live`` the live workers counting
     itself, ``free`` the orphans, ``forming_for`` the seconds until the worker's group
-    has formed (see :func:`formation_left`): until then it takes no more than a
-    ``FORMING_FRACTION`` of its share."""
+    has formed (see :func:`formation_left`): until then it takes no more than its
+    share would be with ``FORMING_ROOM`` more workers."""
     share = fair_share(active, live, max_sessions)
     limit = share + slack if max_sessions is None else min(share + slack, max_sessions)
     held = sorted(mine)
@@ -164,6 +167,8 @@ def decide(
     if len(held) > limit:
         # Down to the share, not the limit, so the others have room to take them.
         release = tuple(held[share:])
-    target = math.ceil(share / FORMING_FRACTION) if forming_for > 0 else share
+    target = share
+    if forming_for > 0:
+        target = min(share, fair_share(active, live + FORMING_ROOM, max_sessions))
     acquire = max(0, min(target - len(held), free))
     return Plan(acquire=acquire, release=release, share=share, forming_for=forming_for)
