@@ -375,7 +375,7 @@ def test_workers_started_together_over_a_backlog_take_each_session_once(
     """A fleet started over Sessions created before it (a cold start): the first worker
     to join took every Session while it was alone and gave most back as the others
     joined, so Sessions were taken 1.5 to 1.75 times each and their serves were cut off
-    mid-way. Workers that join within a quarter heartbeat interval of each other take
+    mid-way. Workers that join within a heartbeat interval of the group's first take
     each Session once."""
     asyncio.run(cold_start(core, open_store))
 
@@ -400,12 +400,7 @@ async def cold_start(core: LocalCore, open_store: Callable[[], ResultStore]) -> 
         sync.sessions.create(agent_id=agent.id, input=f"backlog {n}").id
         for n in range(COLD_SESSIONS)
     ]
-    # The workers must join within a quarter heartbeat of each other: 0.5 s here, room
-    # for their directories to open on a busy host.
-    serving = [
-        asyncio.create_task(runner.serve_agent(agent.id, heartbeat_interval=2.0))
-        for runner in runners
-    ]
+    serving = [asyncio.create_task(runner.serve_agent(agent.id)) for runner in runners]
 
     def settled() -> bool:
         return all(

@@ -24,9 +24,8 @@ Invariants, checked as the history runs and at its end:
   it, within the TTL and a few rounds;
 - each call runs at most once across ownership changes, and every call is answered.
 
-Each seed also runs a *cold start*: 2 to ``FORMING_ROOM + 1`` workers started one
-after another, less than a fifth of a heartbeat interval apart, over Sessions adopted
-before them, without faults or
+Each seed also runs a *cold start*: 2 to ``FORMING_ROOM + 1`` workers started within
+half a heartbeat interval over Sessions adopted before them, without faults or
 parking (a parked Session shrinks the shares, and the excess that frees moves as
 designed). There each Session is taken once: while the group forms nobody takes more
 than its final share, so nothing moves when the group has formed.
@@ -113,9 +112,7 @@ class Directory:
         active = [(s, r) for s, r in self.rows.items() if r.state == "active"]
         free = sum(1 for _, r in active if r.owner is None or r.owner not in live)
         held = {s: r.epoch for s, r in active if r.owner == worker}
-        joins = [self.joined[w] for w in live]
-        oldest = self.world.now - min(joins, default=0.0)
-        newest = self.world.now - max(joins, default=0.0)
+        group_age = self.world.now - min((self.joined[w] for w in live), default=0.0)
         decided = _fleet_core.decide(
             sorted(held.items()),
             active=len(active),
@@ -123,7 +120,7 @@ class Directory:
             free=free,
             slack=1,
             max_sessions=max_sessions,
-            forming_for=_fleet_core.formation_left(oldest, newest, self.world.settle),
+            forming_for=_fleet_core.formation_left(group_age, self.world.settle),
         )
         return decided, held
 
@@ -270,8 +267,7 @@ class FleetWorld:
         return self
 
     def run_cold_start(self) -> FleetWorld:
-        """A backlog adopted first, then workers started less than a fifth of a
-        heartbeat apart (each within the formation's quiet quarter of the last)."""
+        """A backlog adopted first, then workers started within half a heartbeat."""
         rng = self.rng
         for n in range(rng.randint(1, 60)):
             session = f"s{n:02}"
@@ -279,10 +275,8 @@ class FleetWorld:
             for _ in range(rng.randint(1, 4)):
                 self.new_call(session)
             self.directory.adopt(session)
-        starts = 0.0
         for _ in range(rng.randint(2, _fleet_core.FORMING_ROOM + 1)):
-            self.start_worker(at=starts)
-            starts += rng.uniform(0, HEARTBEAT / 5)
+            self.start_worker(within=HEARTBEAT / 2)
         self.at(COLD_START_END, lambda: None)
         while self._events:
             when, _, action = heapq.heappop(self._events)
@@ -343,12 +337,10 @@ class FleetWorld:
 
     # -- workers ---------------------------------------------------------------------
 
-    def start_worker(self, at: float | None = None) -> None:
-        """Its first round ``at`` seconds from now, or within a heartbeat."""
+    def start_worker(self, within: float = HEARTBEAT) -> None:
         worker = Worker(f"w{next(self._names)}")
         self.workers[worker.name] = worker
-        first = self.rng.uniform(0, HEARTBEAT) if at is None else at
-        self.after(first, lambda: self.round(worker))
+        self.after(self.rng.uniform(0, within), lambda: self.round(worker))
         self.after(SWEEP, lambda: self.sweep(worker))
 
     def end_chaos(self) -> None:

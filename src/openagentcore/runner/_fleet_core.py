@@ -15,9 +15,8 @@ The rules:
   what it holds beyond share + ``slack`` (the slack keeps ownership from flapping
   when workers join and leave); so when a worker joins, only the excess of the others
   moves, and none between them.
-- While a group *forms* (workers keep joining: the last joined less than a quarter of
-  a heartbeat interval ago, and the first less than a heartbeat interval ago), a
-  worker takes no more than its share would be if ``FORMING_ROOM`` more
+- While a group *forms* (its oldest live worker joined less than a heartbeat interval
+  ago), a worker takes no more than its share would be if ``FORMING_ROOM`` more
   workers joined: workers started together see each other's first heartbeats within
   that interval, and the first to join would otherwise take every Session while it
   seems alone and give most of them back as the others join (each move a new event
@@ -140,11 +139,10 @@ def plan(
     )
 
 
-def formation_left(oldest: float, newest: float, settle: float) -> float:
-    """Seconds until a group has formed (0 once it has), given how long ago its oldest
-    and its newest live workers joined: when no worker has joined for a quarter of
-    ``settle``, or ``settle`` after the first joined, whichever comes first."""
-    return max(0.0, min(settle - oldest, settle / 4 - newest))
+def formation_left(group_age: float, settle: float) -> float:
+    """Seconds until a group whose oldest live worker joined ``group_age`` seconds ago
+    has formed (0 once it has)."""
+    return max(0.0, settle - group_age)
 
 
 def decide(

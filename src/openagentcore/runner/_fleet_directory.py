@@ -178,8 +178,7 @@ class Directory(abc.ABC):
     ) -> tuple[Plan, dict[str, int]]:
         """The worker's plan (see :func:`._fleet_core.decide`) and the Sessions it owns
         now with their epochs (what it follows and nothing else). ``settle``: how long
-        after its oldest live worker joined the group may still be forming (see
-        :func:`._fleet_core.formation_left`)."""
+        after its oldest live worker joined the group is still forming."""
         live_sql = self._live_workers_sql()
         with self._tx() as cur:
             counts = cur.execute(
@@ -189,12 +188,10 @@ class Directory(abc.ABC):
                     "THEN 1 ELSE 0 END), 0), "
                     f"(SELECT count(*) FROM ({live_sql}) AS live), "
                     f"(SELECT {self._now} - min(joined) FROM {self._workers} "
-                    f"WHERE group_name = %s AND heartbeat > {self._now} - %s), "
-                    f"(SELECT {self._now} - max(joined) FROM {self._workers} "
                     f"WHERE group_name = %s AND heartbeat > {self._now} - %s) "
                     f"FROM {self._sessions} WHERE group_name = %s AND state = 'active'"
                 ),
-                (self.group, ttl, self.group, ttl, self.group, ttl, self.group, ttl, self.group),
+                (self.group, ttl, self.group, ttl, self.group, ttl, self.group),
             ).fetchone()
             mine = cur.execute(
                 self._sql(
@@ -206,7 +203,7 @@ class Directory(abc.ABC):
         active, free, live = (int(value) for value in counts[:3])
         # No live worker at all (not even this one, whose heartbeat came first): the
         # TTL is shorter than a statement; a group that old has formed.
-        oldest, newest = (settle if age is None else float(age) for age in counts[3:])
+        group_age = settle if counts[3] is None else float(counts[3])
         held = [(str(session), int(epoch)) for session, epoch in mine]
         decided = decide(
             held,
@@ -215,7 +212,7 @@ class Directory(abc.ABC):
             free=free,
             slack=slack,
             max_sessions=max_sessions,
-            forming_for=formation_left(oldest, newest, settle),
+            forming_for=formation_left(group_age, settle),
         )
         return decided, dict(held)
 
