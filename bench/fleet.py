@@ -13,9 +13,10 @@ go, and stops when the driver sees every Session idle. Prints a markdown table
 
 With ``--mode agent cold split [all] --output FILE`` it compares, on PostgreSQL, the
 same Sessions (of one saved Agent) served by workers that share them by themselves
-(``agent``: a running fleet, its workers joined before the Sessions exist and the driver
-adopts them all at once when the clock starts; ``cold``: the workers start together at
-the defaults over Sessions created before them, and find them by listing the Agent's),
+(``agent``: a running fleet, its workers joined before the Sessions exist and their
+group has formed, and the driver adopts them all at once when the clock starts;
+``cold``: the workers start together at the defaults over Sessions created before
+them, and find them by listing the Agent's),
 by workers given a share each by hand (``split``) and by workers that all serve every
 Session (``all``). The modes run interleaved ``--runs`` times (their order reversed on
 odd runs). The clock starts when every worker is told to go and stops when the driver
@@ -265,6 +266,7 @@ def one_run(workload: Workload, workers: int, store: str, dsn: str | None, mode:
                 while len(directory.status().workers) < workers:
                     time.sleep(0.05)
                 session_ids = create_sessions()  # not listed by the workers for an hour
+                _wait_until_formed(dsn, schema)
             started = time.perf_counter()
             for process in processes:
                 assert process.stdin is not None
@@ -312,6 +314,22 @@ def one_run(workload: Workload, workers: int, store: str, dsn: str | None, mode:
             emulator.stop()
             if store == "postgres":
                 _drop_schema(dsn, schema)
+
+
+def _wait_until_formed(dsn: str, schema: str) -> None:
+    """Until the fleet's group has formed (its first worker joined a heartbeat interval
+    ago, the default 1 s): a running fleet, which takes its whole share of an adopt."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        while True:
+            row = connection.execute(
+                "SELECT extract(epoch from clock_timestamp()) - min(joined) "
+                f'FROM "{schema}"."calls_fleet_workers"'
+            ).fetchone()
+            if row is not None and row[0] is not None and row[0] >= 1.0:
+                return
+            time.sleep(0.05)
 
 
 def _wait_until_idle(client: Client, agent_id: str, sessions: int) -> None:

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openagentcore.runner._fleet_core import (
+    FORMING_ROOM,
     SessionRow,
     WorkerRow,
+    decide,
     fair_share,
+    formation_left,
     may_write,
     orphans,
     plan,
@@ -182,3 +186,92 @@ def test_never_two_owners_at_one_epoch_when_a_worker_comes_back_late(
     run(directory, phases, until=10.0 + pause, start=5.0 + pause)
     # ModelDirectory.acquire asserts that no (session, epoch) had two owners.
     assert not orphans(directory.sessions.values(), directory.workers.values(), 10.0 + pause, TTL)
+
+
+class FormingDirectory(ModelDirectory):
+    """The model directory with the workers' join times, as the SQL keeps them: a
+    worker plans with the time left until its group (its live workers) has formed."""
+
+    def __init__(self, sessions: int, settle: float) -> None:
+        super().__init__(sessions)
+        self.settle = settle
+        self.joined: dict[str, float] = {}
+
+    def tick_forming(self, worker: str, now: float) -> float:
+        """One round; returns when the worker plans next (at the formation's end if
+        that comes before the next interval)."""
+        self.heartbeat(worker, now)
+        self.joined.setdefault(worker, now)
+        live = [w.worker_id for w in self.workers.values() if now - w.heartbeat < TTL]
+        group_age = now - min(self.joined[w] for w in live)
+        decided = plan(
+            worker,
+            list(self.sessions.values()),
+            list(self.workers.values()),
+            now,
+            ttl=TTL,
+            slack=1,
+            forming_for=formation_left(group_age, self.settle),
+        )
+        for session_id, epoch in decided.release:
+            assert self.release(worker, session_id, epoch)
+        self.acquire(worker, decided.acquire, now)
+        if decided.forming_for:
+            return now + min(INTERVAL, decided.forming_for + 0.001)
+        return now + INTERVAL
+
+
+def start_together(directory: FormingDirectory, phases: dict[str, float], until: float) -> None:
+    queue = [(phase, worker) for worker, phase in phases.items()]
+    heapq.heapify(queue)
+    while queue and queue[0][0] < until:
+        now, worker = heapq.heappop(queue)
+        heapq.heappush(queue, (directory.tick_forming(worker, now), worker))
+
+
+together_strategy = st.lists(
+    st.floats(0, INTERVAL, exclude_max=True), min_size=2, max_size=FORMING_ROOM + 1
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 120), together_strategy)
+def test_workers_started_within_the_settle_window_take_each_session_once(
+    sessions: int, phase_list: list[float]
+) -> None:
+    """Up to FORMING_ROOM + 1 workers whose first rounds fall within one interval:
+    nobody takes more than its final share while the group forms, so no Session moves
+    (without the formation, the first took every Session and gave most back)."""
+    phases = {f"w{n}": phase for n, phase in enumerate(phase_list)}
+    directory = FormingDirectory(sessions, settle=INTERVAL)
+    start_together(directory, phases, until=10.0)
+    assert all(row.epoch == 1 for row in directory.sessions.values())
+    share = fair_share(sessions, len(phases))
+    held = sorted(len(directory.owned_by(worker)) for worker in phases)
+    assert sum(held) == sessions
+    assert held[-1] <= share + 1
+
+
+def test_without_a_settle_window_the_first_worker_takes_everything_and_gives_back() -> None:
+    """The control: the same start with no formation moves Sessions."""
+    directory = FormingDirectory(40, settle=0.0)
+    start_together(directory, {"a": 0.0, "b": 0.1, "c": 0.2, "d": 0.3}, until=10.0)
+    moved = sum(row.epoch - 1 for row in directory.sessions.values())
+    assert moved == 30
+
+
+@given(st.integers(0, 200), st.integers(1, 20), st.integers(0, 5), st.floats(0.01, 5))
+def test_a_forming_worker_leaves_room_for_more_workers_and_gives_back_nothing_early(
+    active: int, live: int, held: int, left: float
+) -> None:
+    held = min(held, active)
+    mine = [(f"s{n}", 1) for n in range(held)]
+    free = active - held
+    forming = decide(mine, active=active, live=live, free=free, forming_for=left)
+    formed = decide(mine, active=active, live=live, free=free)
+    share = fair_share(active, live)
+    room = math.ceil(active / (live + FORMING_ROOM))
+    assert forming.acquire == max(0, min(room - held, free))
+    assert forming.forming_for == left
+    assert forming.release == formed.release  # the cap bounds taking, not giving back
+    assert formed.acquire == max(0, min(share - held, free))

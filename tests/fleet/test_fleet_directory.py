@@ -8,7 +8,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -199,3 +201,91 @@ def test_an_operator_release_fences_the_owner(open_directory: Callable[[], Direc
     assert not a.park("a", "sess_00", held["sess_00"])
     again = tick(a, "a")
     assert again["sess_00"] > held["sess_00"]
+
+
+def test_a_group_forms_for_the_settle_time_after_its_oldest_live_worker_joined(
+    open_directory: Callable[[], Directory],
+) -> None:
+    """The formation is counted on the directory's clock from the first join among the
+    live workers: a later joiner sees less of it left, and meanwhile takes the share
+    it would have with three more workers; a worker that joins a formed group takes
+    its whole share."""
+    a, b = open_directory(), open_directory()
+    a.adopt([(f"sess_{n:02}", "agent_a") for n in range(40)])
+    a.heartbeat("a")
+    first, _ = a.plan("a", ttl=60.0, slack=1, max_sessions=None, settle=60.0)
+    assert 59.0 < first.forming_for <= 60.0
+    assert first.acquire == 10  # 40 over 1 + 3
+    assert len(a.acquire("a", first.acquire, ttl=60.0)) == 10
+    b.heartbeat("b")
+    later, _ = b.plan("b", ttl=60.0, slack=1, max_sessions=None, settle=60.0)
+    assert 0 < later.forming_for <= first.forming_for
+    assert later.acquire == 8  # 40 over 2 + 3
+    b.heartbeat("b")  # a later heartbeat is no new join: the formation still counts
+    again, _ = b.plan("b", ttl=60.0, slack=1, max_sessions=None, settle=60.0)
+    assert again.forming_for <= later.forming_for
+    # Once its oldest worker joined longer ago than the settle time (here: a's age
+    # when it first planned), the group has formed: a third worker takes its whole
+    # share at once.
+    a.heartbeat("c")
+    settled = 60.0 - first.forming_for
+    formed, _ = a.plan("c", ttl=60.0, slack=1, max_sessions=None, settle=settled)
+    assert formed.forming_for == 0.0
+    assert formed.acquire == 14  # 40 over 3, rounded up; 30 orphans
+
+
+def test_a_lapsed_workers_join_does_not_count_as_the_groups(
+    open_directory: Callable[[], Directory],
+) -> None:
+    """A dead worker's old row does not make a new group look formed."""
+    a, b = open_directory(), open_directory()
+    a.adopt(SESSIONS)
+    a.heartbeat("dead")
+    deadline = time.monotonic() + 30
+    b.heartbeat("b")
+    while b.plan("b", ttl=TTL, slack=1, max_sessions=None)[0].share != 10:
+        assert time.monotonic() < deadline, "the dead worker never lapsed"
+        b.heartbeat("b")  # b stays live while "dead" lapses
+    b.leave("b")
+    b.heartbeat("new")
+    plan, _ = b.plan("new", ttl=TTL, slack=1, max_sessions=None, settle=30.0)
+    assert plan.forming_for > 29.0
+
+
+def test_waking_adopt_does_not_lock_the_active_sessions_it_finds() -> None:
+    """Every worker's first sweep re-adopts every Session that waits for a call, to
+    wake the parked ones. That upsert locked each row it met until it committed, parked
+    or not, and a worker taking its share meanwhile skipped them all (SKIP LOCKED): at
+    a cold start the first worker took nothing and waited for its next round."""
+    dsn = os.environ.get(POSTGRES_DSN_ENV)
+    if not dsn:
+        pytest.skip(f"set {POSTGRES_DSN_ENV} to run against PostgreSQL")
+    import psycopg
+
+    schema = f"oac_fleet_{secrets.token_hex(4)}"
+    taken: list[int] = []
+
+    class TakingBeforeCommit(PostgresDirectory):
+        """Another worker takes Sessions while this one's transaction is open."""
+
+        @contextmanager
+        def _tx(self) -> Iterator[Any]:
+            with super()._tx() as cur:
+                yield cur
+                if taking is not None:
+                    taken.append(len(taking.acquire("b", 5, ttl=60.0)))
+
+    taking: Directory | None = None
+    a = TakingBeforeCommit(dsn, schema=schema)
+    b = PostgresDirectory(dsn, schema=schema)
+    try:
+        a.adopt(SESSIONS)
+        b.heartbeat("b")
+        taking = b
+        a.adopt(SESSIONS)  # the sweep: all active, none parked
+        assert taken == [5]
+    finally:
+        a.close()
+        b.close()
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

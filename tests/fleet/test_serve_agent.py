@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -362,3 +363,66 @@ async def serve_through_stalls(core: LocalCore, open_store: Callable[[], ResultS
     assert sorted(counts.values()) == [1, 1]
     assert all(runs[call_id] == 1 for call_id in counts)
     sync.close()
+
+
+COLD_WORKERS = 3
+COLD_SESSIONS = 12
+
+
+def test_workers_started_together_over_a_backlog_take_each_session_once(
+    core: LocalCore, open_store: Callable[[], ResultStore]
+) -> None:
+    """A fleet started over Sessions created before it (a cold start): the first worker
+    to join took every Session while it was alone and gave most back as the others
+    joined, so Sessions were taken 1.5 to 1.75 times each and their serves were cut off
+    mid-way. Workers that join within a heartbeat interval of the group's first take
+    each Session once."""
+    asyncio.run(cold_start(core, open_store))
+
+
+async def cold_start(core: LocalCore, open_store: Callable[[], ResultStore]) -> None:
+    sync = Client(api_key=core.api_key, base_url=core.base_url)
+    runners = []
+    for _ in range(COLD_WORKERS):
+        client = AsyncClient(api_key=core.api_key, base_url=core.base_url)
+        runner = AsyncFunctionRunner(client, store=open_store(), poll_interval=0.2)
+
+        @runner.function
+        def charge(order: str) -> str:
+            """Charge the customer for an order; slow enough that the fleet would
+            reshuffle its Sessions before they are done."""
+            time.sleep(1.0)
+            return f"charged {order}"
+
+        runners.append(runner)
+    agent = sync.agents.create(name="billing", model="scripted", tools=runners[0].tools)
+    session_ids = [
+        sync.sessions.create(agent_id=agent.id, input=f"backlog {n}").id
+        for n in range(COLD_SESSIONS)
+    ]
+    serving = [asyncio.create_task(runner.serve_agent(agent.id)) for runner in runners]
+
+    def settled() -> bool:
+        return all(
+            sync.sessions.retrieve(s).status == "idle" and len(outputs_per_call(sync, s)) == ROUNDS
+            for s in session_ids
+        )
+
+    async with asyncio.timeout(60):
+        while not settled():  # noqa: ASYNC110 (the Sessions move on the emulator's threads)
+            await asyncio.sleep(0.1)
+    watcher = open_directory(open_store())
+    epochs = {session: epoch for session, _, _, _, epoch in watcher.status().sessions}
+    for runner in runners:
+        runner.stop()
+    reports = await asyncio.gather(*serving)
+    for runner in runners:
+        await runner.close()
+        await runner.client.close()
+    watcher.close()
+    sync.close()
+    assert sorted(epochs) == sorted(session_ids)
+    moved = {session: epoch - 1 for session, epoch in epochs.items() if epoch != 1}
+    assert not moved, f"Sessions taken more than once at a cold start: {moved}"
+    assert sum(report.released for report in reports) == 0
+    assert sum(1 for report in reports if report.acquired) == COLD_WORKERS

@@ -23,6 +23,12 @@ Invariants, checked as the history runs and at its end:
 - once the faults end, every active Session is owned by a live worker that follows
   it, within the TTL and a few rounds;
 - each call runs at most once across ownership changes, and every call is answered.
+
+Each seed also runs a *cold start*: 2 to ``FORMING_ROOM + 1`` workers started within
+half a heartbeat interval over Sessions adopted before them, without faults or
+parking (a parked Session shrinks the shares, and the excess that frees moves as
+designed). There each Session is taken once: while the group forms nobody takes more
+than its final share, so nothing moves when the group has formed.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ CHAOS_ENDS = 30.0
 #: Every active Session must be owned by a live follower this long after the faults.
 SETTLE_WITHIN = TTL + 3 * HEARTBEAT
 END = CHAOS_ENDS + SETTLE_WITHIN + 10.0
+#: A cold start's history: its calls are answered within seconds.
+COLD_START_END = 10.0
 #: How long a call's function runs.
 CALL_SECONDS = (0.05, 0.6)
 
@@ -76,6 +84,8 @@ class Directory:
     def __init__(self, world: FleetWorld) -> None:
         self.world = world
         self.workers: dict[str, float] = {}
+        #: When each worker first heartbeat (kept while it lapses, dropped on leave).
+        self.joined: dict[str, float] = {}
         self.rows: dict[str, Row] = {}
         self.down_until = 0.0
 
@@ -94,6 +104,7 @@ class Directory:
     def heartbeat(self, worker: str) -> None:
         self._reach()
         self.workers[worker] = self.world.now
+        self.joined.setdefault(worker, self.world.now)
 
     def plan(self, worker: str, max_sessions: int | None = None) -> tuple[Plan, dict[str, int]]:
         self._reach()
@@ -101,6 +112,7 @@ class Directory:
         active = [(s, r) for s, r in self.rows.items() if r.state == "active"]
         free = sum(1 for _, r in active if r.owner is None or r.owner not in live)
         held = {s: r.epoch for s, r in active if r.owner == worker}
+        group_age = self.world.now - min((self.joined[w] for w in live), default=0.0)
         decided = _fleet_core.decide(
             sorted(held.items()),
             active=len(active),
@@ -108,6 +120,7 @@ class Directory:
             free=free,
             slack=1,
             max_sessions=max_sessions,
+            forming_for=_fleet_core.formation_left(group_age, self.world.settle),
         )
         return decided, held
 
@@ -157,6 +170,7 @@ class Directory:
                 self.world.fenced_write(session, worker, row.epoch)
                 row.owner, row.updated_at = None, self.world.now
         self.workers.pop(worker, None)
+        self.joined.pop(worker, None)
 
     def adopt(self, session: str, agent: str = "agent") -> None:
         self._reach()
@@ -187,8 +201,9 @@ class Worker:
 class FleetWorld:
     """One seeded history of a fleet (see the module's docstring)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, cold_start: bool = False) -> None:
         self.seed = seed
+        self.cold_start = cold_start
         self.rng = random.Random(seed)
         self.now = 0.0
         self._events: list[tuple[float, int, Callable[[], None]]] = []
@@ -208,7 +223,15 @@ class FleetWorld:
         self.may_write = _fleet_core.may_write
         self.bump: Callable[[int], int] = lambda epoch: epoch + 1
         self.claims_gate_calls = True
+        #: How long a group forms after its first worker joins (the product's
+        #: heartbeat interval).
+        self.settle = HEARTBEAT
+        self.park_after = PARK_AFTER
         rng = self.rng
+        if cold_start:  # no faults, no parking: every move is the formation's doing
+            self.p_stall = self.p_crash = self.p_exit = self.p_join = self.p_outage = 0.0
+            self.park_after = float("inf")
+            return
         self.p_stall = rng.choice([0.0, 0.02, 0.06])
         self.p_crash = rng.choice([0.0, 0.01, 0.03])
         self.p_exit = rng.choice([0.0, 0.01])
@@ -224,6 +247,8 @@ class FleetWorld:
         self.at(self.now + delay, action)
 
     def run(self) -> FleetWorld:
+        if self.cold_start:
+            return self.run_cold_start()
         for _ in range(self.rng.randint(2, 4)):
             self.start_worker()
         sessions = self.rng.randint(3, 14)
@@ -239,6 +264,37 @@ class FleetWorld:
             self.now = when
             action()
         self.check_end()
+        return self
+
+    def run_cold_start(self) -> FleetWorld:
+        """A backlog adopted first, then workers started within half a heartbeat."""
+        rng = self.rng
+        for n in range(rng.randint(1, 60)):
+            session = f"s{n:02}"
+            self.calls[session] = []
+            for _ in range(rng.randint(1, 4)):
+                self.new_call(session)
+            self.directory.adopt(session)
+        for _ in range(rng.randint(2, _fleet_core.FORMING_ROOM + 1)):
+            self.start_worker(within=HEARTBEAT / 2)
+        self.at(COLD_START_END, lambda: None)
+        while self._events:
+            when, _, action = heapq.heappop(self._events)
+            if when > COLD_START_END:
+                break
+            self.now = when
+            action()
+        self.check_end()
+        taken: dict[str, int] = {}
+        for session, _ in self.owners:
+            taken[session] = taken.get(session, 0) + 1
+        moved = sorted(session for session, count in taken.items() if count > 1)
+        if moved:
+            raise Violation(
+                f"seed {self.seed}: {len(self.workers)} workers started together over "
+                f"{len(self.calls)} Sessions took {len(moved)} of them more than once "
+                f"({', '.join(moved[:3])}...)"
+            )
         return self
 
     @property
@@ -281,10 +337,10 @@ class FleetWorld:
 
     # -- workers ---------------------------------------------------------------------
 
-    def start_worker(self) -> None:
+    def start_worker(self, within: float = HEARTBEAT) -> None:
         worker = Worker(f"w{next(self._names)}")
         self.workers[worker.name] = worker
-        self.after(self.rng.uniform(0, HEARTBEAT), lambda: self.round(worker))
+        self.after(self.rng.uniform(0, within), lambda: self.round(worker))
         self.after(SWEEP, lambda: self.sweep(worker))
 
     def end_chaos(self) -> None:
@@ -302,6 +358,7 @@ class FleetWorld:
         if self.chaos and self._faults(worker):
             return
         directory = self.directory
+        plan: Plan | None = None
         try:
             directory.heartbeat(worker.name)
             plan, held = directory.plan(worker.name)
@@ -322,7 +379,13 @@ class FleetWorld:
                 self.after(0.01, functools.partial(self.follow, worker, follower))
         except ConnectionError:
             pass
-        self.after(HEARTBEAT * self.rng.uniform(0.9, 1.1), lambda: self.round(worker))
+        pause = HEARTBEAT * self.rng.uniform(0.9, 1.1)
+        if plan is not None and plan.forming_for:
+            # The whole share once the group has formed: a moment after, as a real
+            # round's statements take time (exactly then, the clock's rounding can
+            # leave a remainder too small to move it, and the round repeats forever).
+            pause = min(pause, plan.forming_for + 0.001)
+        self.after(pause, lambda: self.round(worker))
 
     def _faults(self, worker: Worker) -> bool:
         """Draw this round's faults; True when the worker is gone."""
@@ -393,7 +456,7 @@ class FleetWorld:
                 self.in_doubt.add(call)
         if follower.idle_since is None:
             follower.idle_since = self.now
-        lingered = self.now - follower.idle_since >= PARK_AFTER
+        lingered = self.now - follower.idle_since >= self.park_after
         if lingered and not self.pending(session) and self.now >= worker.stalled_until:
             with contextlib.suppress(ConnectionError):
                 if self.directory.park(worker.name, session, follower.epoch):
@@ -456,7 +519,10 @@ class FleetWorld:
 
 
 def run_fleet_seed(seed: int, mutate: Callable[[FleetWorld], None] | None = None) -> FleetWorld:
-    world = FleetWorld(seed)
-    if mutate is not None:
-        mutate(world)
-    return world.run()
+    """The seed's history with faults (returned), then its cold start."""
+    worlds = [FleetWorld(seed), FleetWorld(seed, cold_start=True)]
+    for world in worlds:
+        if mutate is not None:
+            mutate(world)
+        world.run()
+    return worlds[0]

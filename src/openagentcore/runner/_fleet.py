@@ -2,11 +2,12 @@
 a group through the directory (:mod:`._fleet_directory`).
 
 Each round of the loop heartbeats, asks the directory for the worker's plan (its fair
-share, see :mod:`._fleet_core`), stops following the Sessions it no longer holds at the
-epoch it took them (fenced), gives back its excess and takes orphans. Each Session it
-holds is followed by ``runner.serve(until="idle")``; once idle, it lingers ``park_after``
-seconds following the stream, then is parked (stream closed, row kept) until ``adopt``
-or the sweep wakes it. Discovery lists each Agent's Sessions in creation order after the
+share, less while the group forms, see :mod:`._fleet_core`), stops following
+the Sessions it no longer holds at the epoch it took them (fenced), gives back its
+excess and takes orphans. Each Session it holds is followed by
+``runner.serve(until="idle")``; once idle, it lingers ``park_after`` seconds following
+the stream, then is parked (stream closed, row kept) until ``adopt`` or the sweep wakes
+it. Discovery lists each Agent's Sessions in creation order after the
 newest one seen. The loop heartbeats only while it runs, so a stuck worker lapses.
 
 Ownership saves work (one follower per Session) and keeps every Session followed; the
@@ -216,6 +217,9 @@ class _Worker:
         self.cursors: dict[str, str | None] = dict.fromkeys(self.agent_ids)
         #: Whether a heartbeat reached the directory (the first one tells the others).
         self._joined = False
+        #: When (monotonic) this worker's group has formed and it may take its whole
+        #: share: it plans again then. None once formed.
+        self._formed_at: float | None = None
         # Threads of its own: in asyncio's shared default pool (a few threads on a small
         # machine) the workers of one process queued behind each other's waits, a
         # statement timed out in the queue and its directory was interrupted.
@@ -300,6 +304,8 @@ class _Worker:
                             options.heartbeat_interval if changed else min(pause * 2, quiet_limit)
                         )
                         next_round = now + pause
+                        if self._formed_at is not None:
+                            next_round = min(next_round, self._formed_at)
                 except Exception as exc:
                     # The database is unreachable: no heartbeat, so after the TTL
                     # the others take these Sessions; the followers keep serving
@@ -334,7 +340,10 @@ class _Worker:
             ttl=options.worker_ttl,
             slack=options.slack,
             max_sessions=self.max_sessions,
+            # Workers started together join within a heartbeat interval of each other.
+            settle=options.heartbeat_interval,
         )
+        self._formed_at = time.monotonic() + plan.forming_for if plan.forming_for else None
         for session_id, (epoch, task) in list(self.following.items()):
             if task.done():
                 del self.following[session_id]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..store import MemoryResultStore, PostgresResultStore, ResultStore, SQLiteResultStore
 from ..store._postgres import _dead_peer_detection
-from ._fleet_core import Plan, decide
+from ._fleet_core import Plan, decide, formation_left
 
 if TYPE_CHECKING:
     import psycopg
@@ -118,7 +118,8 @@ class Directory(abc.ABC):
         return [
             f"CREATE TABLE IF NOT EXISTS {self._workers} ("
             "group_name TEXT NOT NULL, worker_id TEXT NOT NULL, "
-            "heartbeat DOUBLE PRECISION NOT NULL, PRIMARY KEY (group_name, worker_id))",
+            "heartbeat DOUBLE PRECISION NOT NULL, joined DOUBLE PRECISION NOT NULL, "
+            "PRIMARY KEY (group_name, worker_id))",
             f"CREATE TABLE IF NOT EXISTS {self._sessions} ("
             "group_name TEXT NOT NULL, session_id TEXT NOT NULL, agent_id TEXT NOT NULL, "
             "state TEXT NOT NULL, owner TEXT, epoch BIGINT NOT NULL DEFAULT 0, "
@@ -137,9 +138,9 @@ class Directory(abc.ABC):
         with self._tx() as cur:
             cur.execute(
                 self._sql(
-                    f"INSERT INTO {self._workers} (group_name, worker_id, heartbeat) "
-                    f"VALUES (%s, %s, {self._now}) ON CONFLICT (group_name, worker_id) "
-                    f"DO UPDATE SET heartbeat = {self._now}"
+                    f"INSERT INTO {self._workers} (group_name, worker_id, heartbeat, joined) "
+                    f"VALUES (%s, %s, {self._now}, {self._now}) "
+                    f"ON CONFLICT (group_name, worker_id) DO UPDATE SET heartbeat = {self._now}"
                 ),
                 (self.group, worker_id),
             )
@@ -167,10 +168,17 @@ class Directory(abc.ABC):
     # -- planning ----------------------------------------------------------------------
 
     def plan(
-        self, worker_id: str, *, ttl: float, slack: int, max_sessions: int | None
+        self,
+        worker_id: str,
+        *,
+        ttl: float,
+        slack: int,
+        max_sessions: int | None,
+        settle: float = 0.0,
     ) -> tuple[Plan, dict[str, int]]:
         """The worker's plan (see :func:`._fleet_core.decide`) and the Sessions it owns
-        now with their epochs (what it follows and nothing else)."""
+        now with their epochs (what it follows and nothing else). ``settle``: how long
+        after its oldest live worker joined the group is still forming."""
         live_sql = self._live_workers_sql()
         with self._tx() as cur:
             counts = cur.execute(
@@ -178,10 +186,12 @@ class Directory(abc.ABC):
                     "SELECT count(*), "
                     f"coalesce(sum(CASE WHEN owner IS NULL OR owner NOT IN ({live_sql}) "
                     "THEN 1 ELSE 0 END), 0), "
-                    f"(SELECT count(*) FROM ({live_sql}) AS live) "
+                    f"(SELECT count(*) FROM ({live_sql}) AS live), "
+                    f"(SELECT {self._now} - min(joined) FROM {self._workers} "
+                    f"WHERE group_name = %s AND heartbeat > {self._now} - %s) "
                     f"FROM {self._sessions} WHERE group_name = %s AND state = 'active'"
                 ),
-                (self.group, ttl, self.group, ttl, self.group),
+                (self.group, ttl, self.group, ttl, self.group, ttl, self.group),
             ).fetchone()
             mine = cur.execute(
                 self._sql(
@@ -190,7 +200,10 @@ class Directory(abc.ABC):
                 ),
                 (self.group, worker_id),
             ).fetchall()
-        active, free, live = (int(value) for value in counts)
+        active, free, live = (int(value) for value in counts[:3])
+        # No live worker at all (not even this one, whose heartbeat came first): the
+        # TTL is shorter than a statement; a group that old has formed.
+        group_age = settle if counts[3] is None else float(counts[3])
         held = [(str(session), int(epoch)) for session, epoch in mine]
         decided = decide(
             held,
@@ -199,6 +212,7 @@ class Directory(abc.ABC):
             free=free,
             slack=slack,
             max_sessions=max_sessions,
+            forming_for=formation_left(group_age, settle),
         )
         return decided, dict(held)
 
@@ -275,22 +289,30 @@ class Directory(abc.ABC):
         with ``wake``); an owned active Session keeps its owner. Idempotent."""
         if not sessions:
             return
-        on_conflict = (
-            "DO UPDATE SET state = 'active', updated_at = excluded.updated_at "
-            f"WHERE {self._sessions}.state = 'parked'"
-            if wake
-            else "DO NOTHING"
-        )
         with self._tx() as cur:
             cur.executemany(
                 self._sql(
                     f"INSERT INTO {self._sessions} (group_name, session_id, agent_id, "
                     f"state, owner, epoch, updated_at) VALUES (%s, %s, %s, 'active', NULL, "
-                    f"0, {self._now}) ON CONFLICT (group_name, session_id) {on_conflict}"
+                    f"0, {self._now}) ON CONFLICT (group_name, session_id) DO NOTHING"
                 ),
                 [(self.group, session_id, agent_id) for session_id, agent_id in sessions],
             )
-            if cur.rowcount:  # a sweep that finds nothing new wakes nobody
+            changed = cur.rowcount
+            if wake:
+                # An UPDATE locks only the rows it changes (the parked ones); an upsert
+                # locked every row it met until commit, and workers taking their share
+                # meanwhile skipped them all (SKIP LOCKED).
+                cur.executemany(
+                    self._sql(
+                        f"UPDATE {self._sessions} SET state = 'active', "
+                        f"updated_at = {self._now} "
+                        "WHERE group_name = %s AND session_id = %s AND state = 'parked'"
+                    ),
+                    [(self.group, session_id) for session_id, _ in sessions],
+                )
+                changed += cur.rowcount
+            if changed:  # a sweep that finds nothing new wakes nobody
                 self._notify(cur)
 
     def release_session(self, session_id: str) -> bool:
