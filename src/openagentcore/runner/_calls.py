@@ -31,6 +31,7 @@ from ..store import (
     arguments_hash,
 )
 from ..store._records import cleared_to_rerun, idempotency_key_for
+from ..types import SessionEvent, TerminalTurnEvent
 from ._core_base import NOT_STARTED, Call, turn_over
 from ._effects import (
     AskInDoubt,
@@ -67,7 +68,7 @@ from ._results import (
     success_event,
     timeout_error,
 )
-from ._serves import ServeTracker
+from ._serves import ServeTracker, _terminal_status
 from ._types import PendingCall
 
 __all__ = ["CallMachine", "Refusal", "classify_refusal"]
@@ -127,6 +128,13 @@ _NOT_MINE = frozenset({Outcome.LEFT_PENDING, Outcome.IN_DOUBT_ELSEWHERE})
 
 class CallMachine(ServeTracker):
     """Every decision about one call, from its announcement to its result's submission."""
+
+    def on_late_event(self, event: SessionEvent, now: float) -> None:
+        """A stream event that came after its serve ended. Nobody follows the Session
+        for that serve any more, but the pump outlives serves: a Turn's cancel still
+        stops that Turn's functions running here."""
+        if isinstance(event, TerminalTurnEvent) and _cancelled(event):
+            self._cancel_turn(event.session_id, event.turn_id, now)
 
     def _calls_due(self, now: float) -> None:
         """Store effects to send again, timeouts, claims, starts and POSTs due now."""
@@ -241,6 +249,7 @@ class CallMachine(ServeTracker):
         assert call.function is not None
         if (
             not (call.function.idempotent and call.fresh)
+            or call.key in self._dropped_runs  # one run of a call at a time on a worker
             or not isinstance(claim, ClaimCall)
             or now < self._store_retry_at  # the claim would wait: so does the run
         ):
@@ -535,6 +544,8 @@ class CallMachine(ServeTracker):
         for call in list(self._watch.values()):
             if call.phase is not Phase.QUEUED or call.function is None:
                 continue
+            if call.key in self._dropped_runs:
+                continue  # a dropped run of it still runs: one run of a call at a time
             if call.lease_until - now < self.lease_seconds * START_LEASE_SHARE:
                 due = max(now, self._renew_retry_at)
                 if self._renew_at is None or self._renew_at > due:
@@ -581,8 +592,11 @@ class CallMachine(ServeTracker):
 
     def on_function_done(self, outcome: FunctionOutcome, now: float) -> None:
         if outcome.key in self._dropped_runs:
-            self._running_by_name[self._dropped_runs.pop(outcome.key)] -= 1
+            name, counted = self._dropped_runs.pop(outcome.key)
+            self._running_by_name[name] -= 1
             self._running -= 1
+            if not counted and outcome.event is not None:
+                self._count_run(outcome.key.session_id, outcome.event, outcome.ran)
             return
         call = self.calls.get(outcome.key)
         if (
@@ -597,6 +611,8 @@ class CallMachine(ServeTracker):
         if outcome.key in self._overrunning:
             self._running_by_name[self._overrunning.pop(outcome.key)] -= 1
             self._running -= 1
+            if call is not None and call.claim_unanswered:
+                return  # its claim may yet be lost: nothing of the run is kept before
             late = outcome.event
             if late is None:
                 late = failure_event(outcome.key, ENDED_WITHOUT_RESULT)
@@ -614,13 +630,15 @@ class CallMachine(ServeTracker):
             return
         self._running -= 1
         self._running_by_name[call.name] -= 1
-        session = call.key.session_id
         if outcome.event is not None:
-            if outcome.ran:
-                self._count(session, "calls_run")
-            if outcome.event.get("success") is False:
-                self._count(session, "function_errors")
+            self._count_run(call.key.session_id, outcome.event, outcome.ran)
         self._finish_run(call, outcome.event, outcome.ran, now)
+
+    def _count_run(self, session_id: str, event: dict[str, Any], ran: bool) -> None:
+        if ran:
+            self._count(session_id, "calls_run")
+        if event.get("success") is False:
+            self._count(session_id, "function_errors")
 
     def _finish_run(self, call: Call, event: dict[str, Any] | None, ran: bool, now: float) -> None:
         """Save (and for an idempotent function, post) what a run gave: ``event``, or
@@ -653,6 +671,7 @@ class CallMachine(ServeTracker):
         call.event = event
         call.run_result = ran
         call.save_unanswered = True
+        self._saving_posted.add(call.key)
         call.record = CallRecord(
             key=call.key,
             function_name=call.name,
@@ -693,9 +712,11 @@ class CallMachine(ServeTracker):
         never posted by this runner. It keeps its slot until it returns."""
         call.claim_unanswered = False
         call.parked = None
-        if call.phase is Phase.RUNNING:
+        if call.key in self._overrunning:  # timed out, counted: its late outcome is dropped
+            self._dropped_runs[call.key] = (self._overrunning.pop(call.key), True)
+        elif call.phase is Phase.RUNNING:
             self._effects.append(CancelFunction(call.key))
-            self._dropped_runs[call.key] = call.name
+            self._dropped_runs[call.key] = (call.name, False)
             self._move(call, Phase.CLAIMING)
         self._say(
             logging.INFO,
@@ -708,6 +729,7 @@ class CallMachine(ServeTracker):
     def _on_saved_after_post(self, call: Call, record: CallRecord, now: float) -> None:
         """The save of a result posted as it was saved (``_save_and_post``)."""
         call.save_unanswered = False
+        self._saving_posted.discard(call.key)
         call.lease_held = False
         attempted, call.event = call.event, None
         mark, call.mark_after_save = call.mark_after_save, None
@@ -743,6 +765,11 @@ class CallMachine(ServeTracker):
             call.name,
             call.key.session_id,
             call.key.call_id,
+        )
+
+    def _marks_outstanding(self, session_id: str) -> bool:
+        return super()._marks_outstanding(session_id) or any(
+            key.session_id == session_id for key in self._saving_posted
         )
 
     def _queue_mark(self, key: CallKey, to: CallState, now: float) -> None:
@@ -1002,6 +1029,7 @@ class CallMachine(ServeTracker):
         if isinstance(effect, SaveResult) and call.save_unanswered:
             # Posted already: never swapped for a failure. It stays unsaved, unmarked.
             call.save_unanswered = False
+            self._saving_posted.discard(call.key)
             call.mark_after_save = None
             call.event = None
             call.recorded = False
@@ -1083,6 +1111,11 @@ def classify_refusal(error: Exception) -> Refusal:
 
 def _message(error: Exception) -> str:
     return str(getattr(error, "message", error)).lower()
+
+
+def _cancelled(event: TerminalTurnEvent) -> bool:
+    turn = getattr(event, "turn", None)
+    return (getattr(turn, "status", None) or _terminal_status(event)) == "cancelled"
 
 
 def _answered_early(call: Call, effect: Effect) -> bool:

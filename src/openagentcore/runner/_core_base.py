@@ -264,8 +264,12 @@ class CoreBase:
         #: still holds a concurrency slot (its thread or task is busy).
         self._overrunning: dict[CallKey, str] = {}
         #: Idempotent runs whose claim was lost (or refused): asked to stop, their
-        #: outcome is dropped, and each keeps its slot until its function returns.
-        self._dropped_runs: dict[CallKey, str] = {}
+        #: outcome is dropped, and each keeps its slot until its function returns. By
+        #: call: the function's name, and whether the run was counted (at its timeout).
+        self._dropped_runs: dict[CallKey, tuple[str, bool]] = {}
+        #: Results posted as they are saved whose save is not answered yet: their
+        #: progress marks wait for it, and so do the serves of their Sessions.
+        self._saving_posted: set[CallKey] = set()
         #: Functions running now by name, counting those past their timeout.
         self._running_by_name: Counter[str] = Counter()
         #: Calls the clockwork looks at (queued, ready, backing off, with a deadline or
@@ -342,6 +346,8 @@ class CoreBase:
             view.unsettled.add(call.key)
 
     def _forget(self, call: Call) -> None:
+        if call.save_unanswered:
+            return  # posted, its save in flight: forgotten once the save is answered
         if self._reserved.get(call.key) is call:
             del self._reserved[call.key]
         if self._waiting.get(call.key) is call:
