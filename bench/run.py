@@ -140,6 +140,7 @@ PER_CALL = (
     "openai",
     "ours_memory",
     "ours_sqlite",
+    "ours_sqlite_idempotent",
     "ours_async_memory",
     "ours_async_sqlite",
 )
@@ -184,6 +185,12 @@ def per_call(sizes: Sizes, capacity: Capacity) -> Outcome:
     )
     outcome.goals.append(
         ("ours (SQLite) within 1.5x of raw", medians["ours_sqlite"] <= 1.5 * medians["raw"])
+    )
+    outcome.goals.append(
+        (
+            "ours (SQLite, idempotent) at most 0.8x openai",
+            medians["ours_sqlite_idempotent"] <= 0.8 * medians["openai"],
+        )
     )
     return outcome
 

@@ -11,13 +11,18 @@ fsynced) before it returns, so the test can count effects after any crash.
 Kill windows, each at the first call of ``FUNCTION`` that reaches it:
 
 - ``claim``: before the call is claimed in the store (nothing recorded yet);
-- ``effect``: inside the function, right after its effect (started, no result saved);
+- ``effect``: inside the function, right after its effect, once its claim is durable
+  (an idempotent function starts as its claim is sent: the kill waits for the claim);
+- ``unclaimed``: inside the function, right after its effect, while its claim is held
+  back from the store (an idempotent function's run that no record shows);
 - ``saved``: right after its result is saved (completed, not yet posted);
 - ``submitted``: right after the server accepted its result (202), before the runner
   writes that down (progress marks are written in batches) and before any later call
   is claimed: the server sends the next call as soon as it accepts a result, and its
   claim could otherwise land before the runner hears the 202, leaving that call in
   doubt too. Once the victim's result is saved, later claims wait for the kill.
+- ``unsaved``: right after the server accepted its result (202) while its save is held
+  back from the store (an idempotent function's result is posted as it is saved).
 
 - ``shared``: inside the first commit shared by several changes, after its statements
   ran and before its ``COMMIT`` (the first commit is held until two changes wait, so
@@ -60,11 +65,22 @@ from openagentcore.store import (
 from openagentcore.store._group import PendingWrite
 from openagentcore.store._sql import Transaction
 
-WINDOWS = ("claim", "effect", "saved", "submitted", "shared", "shared_committed")
+WINDOWS = (
+    "claim",
+    "effect",
+    "unclaimed",
+    "saved",
+    "submitted",
+    "unsaved",
+    "shared",
+    "shared_committed",
+)
 #: Windows inside the store's group commit, whatever the function.
 SHARED_WINDOWS = ("shared", "shared_committed")
 #: How long each function works after its effect, so random kills land inside calls.
 WORK_SECONDS = 0.02
+#: A guard on waiting for a claim to be durable: far longer than any commit takes.
+WAIT_SECONDS = 30.0
 
 
 class Killer:
@@ -77,9 +93,16 @@ class Killer:
         #: Set when the ``submitted`` victim's result is saved: from then on, claims
         #: wait for the kill, so the kill point does not depend on thread timing.
         self.victim_saved = threading.Event()
+        #: Set once the victim's claim is durable (the ``effect`` window waits for it).
+        self.victim_claimed = threading.Event()
+
+    def targets(self, window: str, function: str) -> bool:
+        return window == self.window and function == self.function
 
     def reached(self, window: str, function: str, **victim: str) -> None:
-        if window == self.window and function == self.function:
+        if window == "effect" and self.targets(window, function):
+            self.victim_claimed.wait(WAIT_SECONDS)
+        if self.targets(window, function):
             record = {"window": window, "function": function, **victim}
             (self.workdir / "victim.json").write_text(json.dumps(record))
             os.kill(os.getpid(), signal.SIGKILL)
@@ -88,7 +111,7 @@ class Killer:
 
     def before_claim(self, function: str, **victim: str) -> None:
         self.reached("claim", function, **victim)
-        if self.victim_saved.is_set():
+        if self.victim_saved.is_set() or self.targets("unclaimed", function):
             # Never set back: this store thread sleeps until the victim's 202 kills
             # the process (or the test's timeout ends the worker, if it never comes).
             threading.Event().wait()
@@ -160,17 +183,24 @@ class KillingStore:
         lease_seconds: float,
     ) -> Claim:
         self.killer.before_claim(function_name, call_id=key.call_id)
-        return self.inner.claim(
+        claim = self.inner.claim(
             key,
             function_name=function_name,
             arguments_hash=arguments_hash,
             owner=owner,
             lease_seconds=lease_seconds,
         )
+        if function_name == self.killer.function:
+            self.killer.victim_claimed.set()
+        return claim
 
     def save_result(
         self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
     ) -> CallRecord:
+        held = self.inner.get(key)
+        if held is not None and self.killer.targets("unsaved", held.function_name):
+            self.killer.victim_saved.set()  # later claims wait for the kill, as for submitted
+            threading.Event().wait()  # never saved: the 202 kills the process first
         record = self.inner.save_result(key, result, owner=owner)
         self.killer.reached("saved", record.function_name, call_id=key.call_id)
         return record
@@ -189,6 +219,7 @@ def register(runner: RunnerBase, effects: Path, killer: Killer | None) -> None:
             os.fsync(log.fileno())
         if killer is not None:
             killer.reached("effect", function, order=order)
+            killer.reached("unclaimed", function, order=order)
         time.sleep(WORK_SECONDS)
         return f"{function}d {order}"
 
@@ -213,7 +244,8 @@ def kill_after_acceptance(runner: RunnerBase, killer: Killer) -> None:
         on_posted(outcome, now)
         if outcome.error is None:
             for record in outcome.batch.records:
-                killer.reached("submitted", record.function_name, call_id=record.key.call_id)
+                for window in ("submitted", "unsaved"):
+                    killer.reached(window, record.function_name, call_id=record.key.call_id)
 
     core.on_posted = watched  # type: ignore[method-assign]
 

@@ -140,9 +140,10 @@ def test_current_call_works_in_threads_the_function_starts(
 
 
 _WORKER = """
-import json, os, signal, sys
+import json, os, signal, sys, time
 from pathlib import Path
 from openagentcore import CallContext, Client, FunctionRunner, SQLiteResultStore
+from openagentcore.store import CallKey
 
 base_url, api_key, session_id, store, seen = sys.argv[1:]
 with Client(base_url=base_url, api_key=api_key) as client:
@@ -152,6 +153,10 @@ with Client(base_url=base_url, api_key=api_key) as client:
     def book(room: str, ctx: CallContext) -> str:
         '''Book a room.'''
         Path(seen).write_text(json.dumps([ctx.attempt, ctx.idempotency_key]))
+        # An idempotent function starts as its claim is sent: die once it is durable.
+        reader = SQLiteResultStore(store)
+        while reader.get(CallKey(ctx.session_id, ctx.turn_id, ctx.call_id)) is None:
+            time.sleep(0.005)
         os.kill(os.getpid(), signal.SIGKILL)
         return "unreachable"
 
@@ -162,8 +167,9 @@ with Client(base_url=base_url, api_key=api_key) as client:
 def test_a_restart_reruns_an_idempotent_call_with_the_same_key(
     make_core: MakeCore, runner_kind: RunnerKind, tmp_path: Path
 ) -> None:
-    """A worker is killed inside an idempotent function; a new runner on the same store
-    runs it again as attempt 2 with the idempotency key attempt 1 saw."""
+    """A worker is killed inside an idempotent function once its claim is durable; a new
+    runner on the same store runs it again as attempt 2 with the idempotency key attempt
+    1 saw."""
     core = make_core(scenario=one_turn([FunctionCall("book", {"room": "r1"})]))
     store, first_seen = tmp_path / "calls.db", tmp_path / "first.json"
     attempts: list[CallContext] = []

@@ -76,6 +76,17 @@ class AuditedStore(MemoryResultStore):
         )
         if claim.won:
             self._check_claim(claim.record)
+            self.world.claim_granted(owner, key)
+        return claim
+
+    def take_over(
+        self, key: CallKey, *, owner: str, lease_seconds: float, expected_attempts: int
+    ) -> Claim:
+        claim = super().take_over(
+            key, owner=owner, lease_seconds=lease_seconds, expected_attempts=expected_attempts
+        )
+        if claim.won:
+            self.world.granted.add((owner, key, claim.record.attempts))
         return claim
 
     def _update(

@@ -381,6 +381,11 @@ class SimRunner(Driver):
         self.told_gone: set[str] = set()
         #: The attempts whose function this worker started.
         self.started: set[tuple[CallKey, int]] = set()
+        #: Functions started, by Session (an attempt may run twice on the fast path:
+        #: dropped after its claim was lost, then claimed afresh and run again).
+        self.runs_by_session: Counter[str] = Counter()
+        #: The attempts handed to a thread as their claim was sent (idempotent only).
+        self.sent_with_claim: set[tuple[CallKey, int]] = set()
         #: Functions of each name whose thread runs them now (timed out ones too).
         self.running: Counter[str] = Counter()
         #: The context each call's function was last started with.
@@ -398,6 +403,7 @@ class SimRunner(Driver):
             call = current_call()
             key = CallKey(call.session_id, call.turn_id, call.call_id)
             self.started.add((key, call.attempt))
+            self.runs_by_session[key.session_id] += 1
             self.contexts[key] = call
             self.running[name] += 1
             world.within_limit(self, name, self.running[name])
@@ -433,6 +439,11 @@ class SimRunner(Driver):
         assert isinstance(effect, RunFunction)
         server = self.world.server
         self.known_at_dispatch[effect.key] = server.knows_since(self, effect.key.session_id)
+        call = self._core.calls.get(effect.key)
+        if call is not None and call.claim_unanswered:
+            assert effect.function.idempotent, "only an idempotent function starts so"
+            assert effect.attempt == 1, "only with a first claim"
+            self.sent_with_claim.add((effect.key, effect.attempt))
 
     def asking(self, effect: AskInDoubt) -> None:
         """``on_in_doubt`` is asked about the call as the server and the store know it:

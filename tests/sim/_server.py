@@ -31,6 +31,7 @@ from openagentcore import (
 from openagentcore._errors import status_error as client_status_error
 from openagentcore.runner._effects import SessionOutcome
 from openagentcore.runner._pump import Message, Received
+from openagentcore.runner._serves import _UNANSWERED
 from openagentcore.store import CallKey
 from openagentcore.types import (
     FunctionCallAction,
@@ -493,6 +494,15 @@ class Server:
                     f"seed {world.seed}: the result of {keys[0].call_id} was posted with a "
                     "key other than the one stored with it"
                 )
+        if runner is not None:
+            owner = runner._core.owner
+            for key, event in zip(keys, events, strict=True):
+                first = world.posted_by.setdefault((owner, key), event)
+                if first != event:
+                    raise Violation(
+                        f"seed {world.seed}: {owner} posted two different results for "
+                        f"{key.call_id}: {first} and then {event}"
+                    )
         if idempotency_key in session.idempotency:
             if session.idempotency[idempotency_key] != body:
                 for key in keys:
@@ -510,9 +520,7 @@ class Server:
             elif not by_hand:
                 saved = world.store.get(key)
                 if saved is None or saved.result != event:
-                    raise Violation(
-                        f"seed {world.seed}: posted a result for {call_id} not saved as sent"
-                    )
+                    self._posted_ahead(runner, key, event)
             if call_id in session.results:
                 if session.results[call_id] != event:
                     self.refused.setdefault(key, set()).add("different")
@@ -563,6 +571,21 @@ class Server:
                 world.later(0.0, 0.05, functools.partial(self._next_step, session, turn))
         self._changed(session)
         self._accepted(runner, session, keys)
+
+    def _posted_ahead(self, runner: SimRunner | None, key: CallKey, event: dict[str, Any]) -> None:
+        """A result the store does not hold as saved is posted only by a runner that was
+        granted the call's claim (or a take-over), for an idempotent function (its result
+        goes out as it is saved): never the outcome of a run whose claim was lost."""
+        world = self.world
+        call = self.call(key)
+        owner = None if runner is None else runner._core.owner
+        granted = any(grant[:2] == (owner, key) for grant in world.granted)
+        if call is None or call.name != "reserve" or not granted:
+            raise Violation(
+                f"seed {world.seed}: posted a result for {key.call_id} not saved as sent, "
+                "by a runner never granted its claim"
+            )
+        world.posted_ahead.setdefault(key, []).append(event)
 
     def _accepted(
         self, runner: SimRunner | None, session: ServerSession, keys: list[CallKey]
@@ -645,6 +668,11 @@ class Server:
             session_id: str | None
             if isinstance(message, SessionOutcome) and message.session is not None:
                 shown, session_id = message.session, message.session_id
+                if _read_after_a_call(runner, session_id):
+                    # The read was sent before the runner knew of some call of the
+                    # Session: its snapshot may predate that call's Turn, so it cannot
+                    # tell the runner that Turn ended (docs/runner.md).
+                    continue
             elif isinstance(message, Received):
                 shown, session_id = message.event, _session_of(message.event)
             else:
@@ -702,6 +730,17 @@ def status_error(
     response = httpx.Response(status, request=REQUEST)
     body = {"error": {"type": code or "error", "code": code, "message": message, "param": None}}
     return kind(message, response=response, body=body)
+
+
+def _read_after_a_call(runner: SimRunner, session_id: str) -> bool:
+    """Whether ``runner`` learned of a call of the Session, one that still waits for
+    its function or runs it, after it sent the read it is about to take in."""
+    core = runner._core
+    view = core._view(session_id)
+    return any(
+        call.known_at_read >= view.reads_sent and call.phase in _UNANSWERED
+        for call in view.calls.values()
+    )
 
 
 def _session_of(event: Any) -> str | None:

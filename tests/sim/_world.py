@@ -214,6 +214,16 @@ class Faults:
 REFUSED_FOR_GOOD = frozenset({"unknown", "invalid"})
 
 
+@dataclass(slots=True)
+class EarlyRun:
+    """An idempotent run started as its claim was sent, before the store held it."""
+
+    owner: str
+    key: CallKey
+    #: Its claim was granted (else its outcome was dropped, or its worker died first).
+    granted: bool = False
+
+
 class World:
     """Everything one seed runs: clock, scheduler, server, store, workers."""
 
@@ -292,6 +302,16 @@ class World:
         self.unstorable: set[CallKey] = set()
         #: Runs of each call's function (effects).
         self.runs: Counter[CallKey] = Counter()
+        #: The claims and take-overs the store granted: owner, call and attempt.
+        self.granted: set[tuple[str, CallKey, int]] = set()
+        #: Idempotent runs started as their claim was sent, before the store held it
+        #: for their worker (the fast path).
+        self.early_runs: list[EarlyRun] = []
+        #: Results posted before the store held them as saved (an idempotent function's
+        #: result goes out as it is saved), by call.
+        self.posted_ahead: dict[CallKey, list[dict[str, Any]]] = {}
+        #: The result each runner first posted for each call: never another after it.
+        self.posted_by: dict[tuple[str, CallKey], dict[str, Any]] = {}
         #: Workers killed so far.
         self.crashes = 0
         #: Every serve's report, with the generation of the worker it served on.
@@ -498,22 +518,28 @@ class World:
 
     def function_started(self, runner: SimRunner, key: CallKey, attempt: int) -> None:
         """A function starts only under a claim the store holds for its worker, for that
-        attempt, on a lease the store's clock has not seen lapse; and never for a Turn
-        whose cancel had reached the worker's loop when it handed the call to a thread."""
+        attempt, on a lease the store's clock has not seen lapse (but an idempotent one
+        handed to its thread as its first claim was sent); and never for a Turn whose
+        cancel had reached the worker's loop when it handed the call to a thread."""
         record = self.store.get(key)
         owner = runner._core.owner
         if self.cut is not None and self.cut_window is None:
             generation, armed, lasting = self.cut
             if runner.worker.generation == generation and self.now >= armed:
                 self.cut_window = (generation, self.now, self.now + lasting)
-        if (
+        held_here = not (
             record is None
             or record.state is not CallState.STARTED
             or record.owner != owner
             or record.attempts != attempt
             or record.lease_expires_at is None
             or record.lease_expires_at <= self.store_now()
-        ):
+        )
+        if not held_here and (key, attempt) in runner.sent_with_claim:
+            # The idempotent fast path: it starts as its claim is sent. Its outcome is
+            # posted only if the claim is won (checked as results are posted).
+            self.early_runs.append(EarlyRun(owner, key))
+        elif not held_here:
             held = "no record"
             if record is not None:
                 lease = record.lease_expires_at
@@ -576,7 +602,8 @@ class World:
 
     def check_notes(self, runner: SimRunner, notes: list[Note]) -> None:
         """The notes a round leaves for logs, traces and metrics say what happened: a
-        call started under this worker's claim of that attempt; a call settled as
+        call started under this worker's claim of that attempt (or, for an idempotent
+        function, as its first claim was sent); a call settled as
         submitted or applied has its saved result on the server; one settled as
         rejected, in conflict or abandoned was refused so (or its Turn cancelled)."""
         owner, server = runner._core.owner, self.server
@@ -594,10 +621,15 @@ class World:
             unsaved = _Unsaved(held if key in self.unstorable else None)
             wrong = call is None or note.function_name != call.name
             if isinstance(note, CallStarted):
+                core_call = runner._core.calls.get(key)
+                early = core_call is not None and core_call.claim_unanswered
                 wrong = wrong or (
-                    record is None
-                    or (record.state, record.owner, record.attempts)
-                    != (CallState.STARTED, owner, note.attempt)
+                    not (early and note.attempt == 1)  # an idempotent fast path's
+                    and (
+                        record is None
+                        or (record.state, record.owner, record.attempts)
+                        != (CallState.STARTED, owner, note.attempt)
+                    )
                 )
             elif isinstance(note, CallSettled):
                 outcome = note.outcome
@@ -607,6 +639,7 @@ class World:
                     or (
                         outcome in ("submitted", "applied")
                         and (held is None or held != (record or unsaved).result)
+                        and held not in self.posted_ahead.get(key, ())
                     )
                     or (outcome == "rejected" and not refused & REFUSED_FOR_GOOD)
                     or (outcome == "session_gone" and not self.gone(key.session_id))
@@ -748,6 +781,11 @@ class World:
                 rerun = call.name == "reserve" or self.in_doubt_hook == "rerun"
                 limit = MAX_ATTEMPTS if rerun else 1
                 limit += self.reruns_by_hand[call.key]
+                # An idempotent run started as its claim was sent, by a worker never
+                # granted the claim (lost, or killed before the store held it), is one
+                # run more than the record counts, and its outcome was dropped: these
+                # checks count the runs that could have been answered.
+                runs -= self.unclaimed_runs(call.key)
                 if runs > limit:
                     raise Violation(
                         f"seed {self.seed}: {call.name} {call_id} ran {runs} times (limit {limit})"
@@ -783,6 +821,10 @@ class World:
                             "is neither the person's answer nor the saved one"
                         )
                     continue
+                if accepted in self.posted_ahead.get(call.key, ()):
+                    # Posted as it was saved, by a worker granted the claim: the save
+                    # found another result first, or never landed (a crash).
+                    continue
                 if record is None or record.result != accepted:
                     raise Violation(
                         f"seed {self.seed}: the server holds a result for {call_id} that differs "
@@ -808,6 +850,20 @@ class World:
                         f"seed {self.seed}: {call_id}, to be rerun, failed in doubt after "
                         f"{record.attempts} attempts"
                     )
+
+    def unclaimed_runs(self, key: CallKey) -> int:
+        """Runs of ``key``'s (idempotent) function started as their claim was sent by
+        workers the store never granted it: their outcome was never to be posted."""
+        return sum(1 for run in self.early_runs if run.key == key and not run.granted)
+
+    def claim_granted(self, owner: str, key: CallKey) -> None:
+        """The store granted ``owner`` its first claim of ``key``: the latest run it
+        started as that claim was sent (if it started one) ran under it."""
+        self.granted.add((owner, key, 1))
+        for run in reversed(self.early_runs):
+            if (run.owner, run.key) == (owner, key):
+                run.granted = True
+                return
 
     def _check_failure(self, call: ServerCall, error: str, runs: int) -> None:
         """A call fails as served by no function only when a worker that lacks it was
@@ -856,11 +912,9 @@ class World:
             if report.left_pending and lacks[generation] is None:
                 raise Violation(f"{where} left {report.left_pending} pending; it serves them all")
             runs = sum(
-                1
+                worker.runner.runs_by_session[report.session_id]
                 for worker in self.workers
                 if worker.generation == generation
-                for key, _ in worker.runner.started
-                if key.session_id == report.session_id
             )
             submitted = server.accepted_from.get((generation, report.session_id), 0)
             counts = (
@@ -1329,19 +1383,19 @@ class SimWorker:
         (raised, or timed out: bounded then, as a late end may not have counted), and
         every result the server took from it."""
         runner = self.runner
-        ran = {run for run in runner.started if run[0].session_id == session_id}
+        ran = runner.runs_by_session[session_id]
         raised = len({run for run in runner.raised if run[0].session_id == session_id})
         taken = self.world.server.accepted_from.get((self.generation, session_id), 0)
         errors = report.function_errors
         if (
-            report.calls_run != len(ran)
+            report.calls_run != ran
             or report.results_submitted != taken
             or (errors != raised if self.world.timeout is None else errors < raised)
         ):
             raise Violation(
                 f"seed {self.world.seed}: the final serve of {session_id} counts "
                 f"{report.calls_run} calls run, {errors} failed and "
-                f"{report.results_submitted} results submitted; its worker ran {len(ran)} "
+                f"{report.results_submitted} results submitted; its worker ran {ran} "
                 f"({raised} raised) and the server took {taken} of its results"
             )
 

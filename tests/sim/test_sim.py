@@ -17,11 +17,13 @@ from openagentcore.runner import RunnerError
 from openagentcore.runner._core import Call, Serve
 from openagentcore.runner._effects import (
     AskInDoubt,
+    Batch,
     CancelFunction,
     ClaimCall,
     Effect,
     InDoubtAnswer,
     Outcome,
+    PostResults,
     RunFunction,
     SessionOutcome,
     Verdict,
@@ -33,6 +35,7 @@ from openagentcore.store import (
     CallKey,
     CallRecord,
     CallState,
+    Claim,
     StoreUnavailableError,
     _rules,
 )
@@ -97,6 +100,10 @@ def test_a_history_replays_exactly_from_its_seed() -> None:
         # confirm it found the lease lapsed: the claim, never run, was forgotten, and a
         # later read took it for this runner's call in doubt (past the CI seeds).
         5563,
+        # A Turn's cancel came through the stream of a serve that had ended while its
+        # function ran (the pump outlives serves): it was dropped, and the function was
+        # never told.
+        636,
     ],
 )
 def test_histories_that_found_a_core_defect_keep_the_promises(seed: int) -> None:
@@ -167,6 +174,33 @@ def _reruns_by_hand_ignored(runner: SimRunner) -> None:
         decide(call, record, stale, now)
 
     core._decide_existing = decide_existing  # type: ignore[method-assign]
+
+
+def _lost_claims_of_early_runs_taken_as_won(runner: SimRunner) -> None:
+    """Reverts the idempotent fast path's rule for a lost claim: the run started with
+    it goes on, and its outcome is saved and posted as if the claim had won."""
+    core = runner._core
+    on_claim_of_run = core._on_claim_of_run
+
+    def taken_as_won(call: Call, claim: Claim, now: float) -> None:
+        on_claim_of_run(call, dataclasses.replace(claim, won=True), now)
+
+    core._on_claim_of_run = taken_as_won  # type: ignore[method-assign]
+
+
+def _saved_result_posted_after_the_own(runner: SimRunner) -> None:
+    """Reverts the rule that a result posted as it was saved is the only one its runner
+    posts: a save that finds another result saved first posts that one too."""
+    core = runner._core
+    on_saved_after_post = core._on_saved_after_post
+
+    def posting_the_saved_one(call: Call, record: CallRecord, now: float) -> None:
+        attempted = call.event
+        on_saved_after_post(call, record, now)
+        if record.has_result() and record.result != attempted:
+            core._effects.append(PostResults(Batch(record.key.session_id, (record,))))
+
+    core._on_saved_after_post = posting_the_saved_one  # type: ignore[method-assign]
 
 
 def _lost_take_over_answers_not_recognised(runner: SimRunner) -> None:
@@ -368,6 +402,8 @@ def _violation(seed: int, mutate: Callable[[SimRunner], None] | None) -> str | N
         _no_attempt_cap,
         _stale_claims_run_again,
         _turn_ends_seen_early_are_forgotten,
+        _lost_claims_of_early_runs_taken_as_won,
+        _saved_result_posted_after_the_own,
     ],
 )
 def test_the_simulator_finds_a_reverted_fix_within_the_ci_budget(
@@ -389,6 +425,21 @@ def test_functions_finish_after_their_timeout_in_some_histories() -> None:
     assert len(kept) >= 10
     assert any(late["success"] is True for late in kept)
     assert any(late["success"] is False for late in kept)  # ended without a result
+
+
+def test_the_idempotent_fast_path_runs_in_some_histories() -> None:
+    """Proof that the fast path's checks run: idempotent functions start as their claim
+    is sent, some of those claims are lost (or their worker killed) while they run,
+    and some results are posted before their save lands."""
+    early = granted = ahead = 0
+    for seed in range(100):
+        world = run_seed(seed)
+        early += len(world.early_runs)
+        granted += sum(run.granted for run in world.early_runs)
+        ahead += len(world.posted_ahead)
+    assert granted >= 10
+    assert early - granted >= 3
+    assert ahead >= 10
 
 
 # -- controls for the checks of what the runner records and reports -----------------------

@@ -31,6 +31,7 @@ from ..store import (
     arguments_hash,
 )
 from ..store._records import cleared_to_rerun, idempotency_key_for
+from ..types import SessionEvent, TerminalTurnEvent
 from ._core_base import NOT_STARTED, Call, turn_over
 from ._effects import (
     AskInDoubt,
@@ -67,7 +68,7 @@ from ._results import (
     success_event,
     timeout_error,
 )
-from ._serves import ServeTracker
+from ._serves import ServeTracker, _terminal_status
 from ._types import PendingCall
 
 __all__ = ["CallMachine", "Refusal", "classify_refusal"]
@@ -128,6 +129,13 @@ _NOT_MINE = frozenset({Outcome.LEFT_PENDING, Outcome.IN_DOUBT_ELSEWHERE})
 class CallMachine(ServeTracker):
     """Every decision about one call, from its announcement to its result's submission."""
 
+    def on_late_event(self, event: SessionEvent, now: float) -> None:
+        """A stream event that came after its serve ended. Nobody follows the Session
+        for that serve any more, but the pump outlives serves: a Turn's cancel still
+        stops that Turn's functions running here."""
+        if isinstance(event, TerminalTurnEvent) and _cancelled(event):
+            self._cancel_turn(event.session_id, event.turn_id, now)
+
     def _calls_due(self, now: float) -> None:
         """Store effects to send again, timeouts, claims, starts and POSTs due now."""
         for call in list(self._watch.values()):
@@ -179,6 +187,9 @@ class CallMachine(ServeTracker):
         call = Call(pending.key, pending.name, pending.arguments, function, FIRST)
         self.calls[pending.key] = call
         view = self._view(pending.key.session_id)
+        # Calls the first snapshot of the Session lists were pending before this runner
+        # followed it: a crashed runner may have left them in doubt.
+        call.fresh = pending.key not in view.pending or view.snapshots > 1
         view.calls[pending.key] = call
         view.unsettled.add(pending.key)
         call.known_at_read = view.reads_sent
@@ -227,8 +238,30 @@ class CallMachine(ServeTracker):
                 continue
             claim, call.claim = call.claim, None
             assert claim is not None
+            if self._start_with_claim(call, claim, now):
+                continue
             self._move(call, Phase.CLAIMING if isinstance(claim, ClaimCall) else Phase.TAKING_OVER)
             self._emit(call, claim, now)
+
+    def _start_with_claim(self, call: Call, claim: ClaimCall | TakeOver, now: float) -> bool:
+        """The idempotent fast path: a function that may run again after a crash anyway
+        starts in the round its claim is sent, not after the claim's answer. Its outcome
+        is saved and posted only once the claim is answered won; a lost claim stops it
+        and drops its outcome (the winner's result is the one sent)."""
+        assert call.function is not None
+        if (
+            not (call.function.idempotent and call.fresh)
+            or call.key in self._dropped_runs  # one run of a call at a time on a worker
+            or not isinstance(claim, ClaimCall)
+            or now < self._store_retry_at  # the claim would wait: so does the run
+        ):
+            return False
+        self._move(call, Phase.RUNNING)
+        call.claim_unanswered = True
+        call.attempts = 1  # what a first claim records
+        self._emit(call, claim, now)
+        self._start(call, now)
+        return True
 
     def _slot_free(self, call: Call) -> bool:
         """Whether ``call``'s function is under its own ``max_concurrency``."""
@@ -268,7 +301,9 @@ class CallMachine(ServeTracker):
                 )
             return
         call = self.calls.get(effect.key)
-        if call is None or call.phase is not _ANSWERED_IN[type(effect)]:
+        if call is None or not (
+            call.phase is _ANSWERED_IN[type(effect)] or _answered_early(call, effect)
+        ):
             if isinstance(answer.value, Claim) and answer.value.won:
                 # A claim nobody here waits for any more: give it back at once.
                 self._effects.append(Release(effect.key, self.owner))
@@ -278,7 +313,13 @@ class CallMachine(ServeTracker):
             return
         self._store_ok()
         value = answer.value
-        if isinstance(effect, ClaimCall):
+        if isinstance(effect, ClaimCall) and call.claim_unanswered:
+            assert isinstance(value, Claim)
+            self._on_claim_of_run(call, value, now)
+        elif isinstance(effect, SaveResult) and call.save_unanswered:
+            assert isinstance(value, CallRecord)
+            self._on_saved_after_post(call, value, now)
+        elif isinstance(effect, ClaimCall):
             assert isinstance(value, Claim)
             self._on_claim(call, value, now)
         elif isinstance(effect, TakeOver):
@@ -384,6 +425,7 @@ class CallMachine(ServeTracker):
             if call.function is None:
                 self._leave_unknown(call, None, False)
             else:  # never claimed, or its record vanished: claim it
+                call.fresh = True
                 self._wait_for_slot(call, self._claim_effect(call), now)
             return
         if call.function is not None and self._ours_unconfirmed(call, record):
@@ -504,20 +546,27 @@ class CallMachine(ServeTracker):
         for call in list(self._watch.values()):
             if call.phase is not Phase.QUEUED or call.function is None:
                 continue
+            if call.key in self._dropped_runs:
+                continue  # a dropped run of it still runs: one run of a call at a time
             if call.lease_until - now < self.lease_seconds * START_LEASE_SHARE:
                 due = max(now, self._renew_retry_at)
                 if self._renew_at is None or self._renew_at > due:
                     self._renew_at = due
                 continue
             self._move(call, Phase.RUNNING)
-            self._running += 1
-            self._running_by_name[call.name] += 1
-            timeout = call.function.timeout
-            call.deadline = None if timeout is None else now + timeout
-            self._effects.append(
-                RunFunction(call.key, call.function, call.arguments, call.attempts, call.deadline)
-            )
-            self._notes.append(CallStarted(call.key, call.name, call.attempts))
+            self._start(call, now)
+
+    def _start(self, call: Call, now: float) -> None:
+        """Run ``call``'s function (the call is ``RUNNING``)."""
+        assert call.function is not None
+        self._running += 1
+        self._running_by_name[call.name] += 1
+        timeout = call.function.timeout
+        call.deadline = None if timeout is None else now + timeout
+        self._effects.append(
+            RunFunction(call.key, call.function, call.arguments, call.attempts, call.deadline)
+        )
+        self._notes.append(CallStarted(call.key, call.name, call.attempts))
 
     def _time_out(self, now: float) -> None:
         """Fail calls whose function runs past its ``timeout``. The function is asked to
@@ -541,9 +590,16 @@ class CallMachine(ServeTracker):
             self._count(call.key.session_id, "calls_run")
             self._count(call.key.session_id, "function_errors")
             error = timeout_error(function.timeout, idempotent=function.idempotent)
-            self._save(call, failure_event(call.key, error), self.owner, now)
+            self._finish_run(call, failure_event(call.key, error), False, now)
 
     def on_function_done(self, outcome: FunctionOutcome, now: float) -> None:
+        if outcome.key in self._dropped_runs:
+            name, counted = self._dropped_runs.pop(outcome.key)
+            self._running_by_name[name] -= 1
+            self._running -= 1
+            if not counted and outcome.event is not None:
+                self._count_run(outcome.key.session_id, outcome.event, outcome.ran)
+            return
         call = self.calls.get(outcome.key)
         if (
             call is not None
@@ -557,6 +613,8 @@ class CallMachine(ServeTracker):
         if outcome.key in self._overrunning:
             self._running_by_name[self._overrunning.pop(outcome.key)] -= 1
             self._running -= 1
+            if call is not None and call.claim_unanswered:
+                return  # its claim may yet be lost: nothing of the run is kept before
             late = outcome.event
             if late is None:
                 late = failure_event(outcome.key, ENDED_WITHOUT_RESULT)
@@ -574,19 +632,154 @@ class CallMachine(ServeTracker):
             return
         self._running -= 1
         self._running_by_name[call.name] -= 1
-        session = call.key.session_id
-        if outcome.event is None:
+        if outcome.event is not None:
+            self._count_run(call.key.session_id, outcome.event, outcome.ran)
+        self._finish_run(call, outcome.event, outcome.ran, now)
+
+    def _count_run(self, session_id: str, event: dict[str, Any], ran: bool) -> None:
+        if ran:
+            self._count(session_id, "calls_run")
+        if event.get("success") is False:
+            self._count(session_id, "function_errors")
+
+    def _finish_run(self, call: Call, event: dict[str, Any] | None, ran: bool, now: float) -> None:
+        """Save (and for an idempotent function, post) what a run gave: ``event``, or
+        ``None`` when it ended without a result; ``ran`` when the function was called."""
+        if call.claim_unanswered:
+            # Started as its claim was sent: the claim's answer decides what becomes
+            # of the outcome (saved and posted if won, dropped if lost).
+            call.parked = (event, ran)
+            self._move(call, Phase.CLAIMING)
+            return
+        if event is None:
             # It ended without a result (SystemExit or the like): it may have had its
             # effect. Keep the lease until the store says "in doubt".
             self._move(call, Phase.MARKING_IN_DOUBT)
             self._emit(call, MarkInDoubt(call.key, self.owner, call.attempts), now)
             return
-        if outcome.ran:
-            self._count(session, "calls_run")
-        if outcome.event.get("success") is False:
-            self._count(session, "function_errors")
-        self._save(call, outcome.event, self.owner, now)
-        call.run_result = outcome.ran
+        assert call.function is not None
+        if call.function.idempotent:
+            self._save_and_post(call, event, ran, now)
+            return
+        self._save(call, event, self.owner, now)
+        call.run_result = ran
+
+    def _save_and_post(self, call: Call, event: dict[str, Any], ran: bool, now: float) -> None:
+        """An idempotent function's result is posted without waiting for its save: the
+        save and the POST go out in the same round. A crash between them leaves the
+        call started without a result, which a restarted runner may run again (the
+        function allows it); until the save is answered, no progress mark is written.
+        The POST reads only the result and its key from the record built here."""
+        call.event = event
+        call.run_result = ran
+        call.save_unanswered = True
+        self._saving_posted.add(call.key)
+        call.record = CallRecord(
+            key=call.key,
+            function_name=call.name,
+            arguments_hash="",
+            state=CallState.COMPLETED,
+            result=event,
+            idempotency_key=idempotency_key_for(call.key),
+            attempts=call.attempts,
+            owner=self.owner,
+            lease_expires_at=None,
+            created_at=0.0,
+            updated_at=0.0,
+        )
+        self._emit(call, SaveResult(call.key, event, self.owner), now)
+        self._enter(call, Phase.READY, now)
+
+    def _on_claim_of_run(self, call: Call, claim: Claim, now: float) -> None:
+        """The answer to the claim of a run started with it (``_start_with_claim``)."""
+        call.claim_unanswered = False
+        if claim.won or self._ours_unconfirmed(call, claim.record):
+            self._unconfirmed.pop(call.key, None)
+            call.lease_held = True
+            won = claim.won
+            call.lease_until = call.claim_sent_at + self.lease_seconds if won else float("-inf")
+            call.attempts = claim.record.attempts
+            if self._renew_at is None:
+                self._renew_at = now + self.lease_seconds / 3
+            if call.parked is not None:
+                (event, ran), call.parked = call.parked, None
+                self._finish_run(call, event, ran, now)
+            return
+        self._drop_run(call)
+        self._decide_existing(call, claim.record, claim.stale, now)
+
+    def _drop_run(self, call: Call) -> None:
+        """The claim of a run started with it lost (another worker holds the call) or
+        was refused: the function is asked to stop, and whatever it gives is dropped,
+        never posted by this runner. It keeps its slot until it returns."""
+        call.claim_unanswered = False
+        call.parked = None
+        if call.key in self._overrunning:  # timed out, counted: its late outcome is dropped
+            self._dropped_runs[call.key] = (self._overrunning.pop(call.key), True)
+        elif call.phase is Phase.RUNNING:
+            self._effects.append(CancelFunction(call.key))
+            self._dropped_runs[call.key] = (call.name, False)
+            self._move(call, Phase.CLAIMING)
+        self._say(
+            logging.INFO,
+            "Call %s of %s started as it was claimed, and the claim was not ours; its "
+            "run is stopped and its outcome dropped",
+            call.key.call_id,
+            call.name,
+        )
+
+    def _on_saved_after_post(self, call: Call, record: CallRecord, now: float) -> None:
+        """The save of a result posted as it was saved (``_save_and_post``)."""
+        call.save_unanswered = False
+        self._saving_posted.discard(call.key)
+        call.lease_held = False
+        attempted, call.event = call.event, None
+        mark, call.mark_after_save = call.mark_after_save, None
+        if attempted is not None and _same_result(record, attempted):
+            if mark is not None:
+                self._queue_mark(call.key, mark, now)
+            return
+        # The record is not what was posted, so no progress mark of this runner's fits
+        # it. The posted result is never swapped for the saved one: two different
+        # results for one call would go out from this runner.
+        call.recorded = False
+        if not record.has_result():
+            self._say(
+                logging.WARNING,
+                "Call %s of %s in Session %s was settled (%s) while its result was posted; "
+                "the posted result is not saved",
+                call.key.call_id,
+                call.name,
+                call.key.session_id,
+                record.state.value,
+            )
+            return
+        if call.run_result and attempted is not None:
+            self._effects.append(KeepLateOutcome(call.key, attempted))
+        self._say(
+            logging.WARNING,
+            "Call %s of %s in Session %s: its result was posted as it was saved, and "
+            "another result was saved first (another worker ran it again, or it was "
+            "answered by hand). The server keeps whichever reached it first and refuses "
+            "the other as a conflict; this runner's result is kept beside the record as "
+            "its late outcome. Compare them with `openagentcore calls show %s`.",
+            call.key.call_id,
+            call.name,
+            call.key.session_id,
+            call.key.call_id,
+        )
+
+    def _marks_outstanding(self, session_id: str) -> bool:
+        return super()._marks_outstanding(session_id) or any(
+            key.session_id == session_id for key in self._saving_posted
+        )
+
+    def _queue_mark(self, key: CallKey, to: CallState, now: float) -> None:
+        call = self.calls.get(key)
+        if call is not None and call.save_unanswered:
+            call.mark_after_save = to  # a mark needs the saved result: written after it
+            return
+        super()._queue_mark(key, to, now)
 
     def _save(self, call: Call, event: dict[str, Any], owner: str | None, now: float) -> None:
         self._move(call, Phase.SAVING)
@@ -810,6 +1003,13 @@ class CallMachine(ServeTracker):
             # The claim may have committed. Remember it, forget the call, and let a
             # later read of the Session decide it again once the store is back.
             self._unconfirmed[call.key] = 1
+            if call.claim_unanswered:
+                # A run started with it: the claim is sent again once the store may be
+                # back, and the run's outcome waits for its answer (never posted before).
+                call.retry = effect
+                call.not_before = self._store_retry_at
+                self._watch[call.key] = call
+                return
             self._forget(call)
             view = self._view(call.key.session_id)
             # A monotonic clock may read below zero: never default the earlier time to 0.0.
@@ -831,6 +1031,16 @@ class CallMachine(ServeTracker):
             call.key.call_id,
             error,
         )
+        if isinstance(effect, SaveResult) and call.save_unanswered:
+            # Posted already: never swapped for a failure. It stays unsaved, unmarked.
+            call.save_unanswered = False
+            self._saving_posted.discard(call.key)
+            call.mark_after_save = None
+            call.event = None
+            call.recorded = False
+            return
+        if call.claim_unanswered:
+            self._drop_run(call)
         if isinstance(effect, SaveResult) and effect.event.get("success") is not False:
             failure = failure_event(call.key, "The function's result could not be recorded.")
             self._save(call, failure, effect.owner, now)
@@ -906,6 +1116,19 @@ def classify_refusal(error: Exception) -> Refusal:
 
 def _message(error: Exception) -> str:
     return str(getattr(error, "message", error)).lower()
+
+
+def _cancelled(event: TerminalTurnEvent) -> bool:
+    turn = getattr(event, "turn", None)
+    return (getattr(turn, "status", None) or _terminal_status(event)) == "cancelled"
+
+
+def _answered_early(call: Call, effect: Effect) -> bool:
+    """Answers the idempotent fast path takes in another phase than the effect's own:
+    its claim's while its function runs, its save's while its result is posted."""
+    if isinstance(effect, ClaimCall):
+        return call.claim_unanswered
+    return isinstance(effect, SaveResult) and call.save_unanswered
 
 
 def _same_result(record: CallRecord, event: dict[str, Any]) -> bool:

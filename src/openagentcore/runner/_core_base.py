@@ -116,6 +116,20 @@ class Call:
     known_at_read: int = 0
     #: Why the call is ``DONE`` (for reports and tests).
     outcome: Outcome | None = None
+    #: The idempotent fast path: its function started as its claim was sent, and the
+    #: claim is not answered yet. Nothing of the run is saved or posted until it is.
+    claim_unanswered: bool = False
+    #: Announced after this runner first saw its Session, or looked up and found with
+    #: no record: its claim most likely wins, so an idempotent function may start with
+    #: it. A call pending before then may be one a crashed runner left in doubt: it
+    #: waits for its claim's answer.
+    fresh: bool = False
+    #: What its function gave (``event``, ``ran``) if it ended before that answer.
+    parked: tuple[dict[str, Any] | None, bool] | None = None
+    #: An idempotent result posted while its save is in flight: progress marks wait
+    #: for the save (a mark needs a saved result); the last one asked for is kept here.
+    save_unanswered: bool = False
+    mark_after_save: CallState | None = None
 
 
 @dataclass(slots=True)
@@ -251,6 +265,13 @@ class CoreBase:
         #: Calls failed for their timeout whose function has not returned yet: each
         #: still holds a concurrency slot (its thread or task is busy).
         self._overrunning: dict[CallKey, str] = {}
+        #: Idempotent runs whose claim was lost (or refused): asked to stop, their
+        #: outcome is dropped, and each keeps its slot until its function returns. By
+        #: call: the function's name, and whether the run was counted (at its timeout).
+        self._dropped_runs: dict[CallKey, tuple[str, bool]] = {}
+        #: Results posted as they are saved whose save is not answered yet: their
+        #: progress marks wait for it, and so do the serves of their Sessions.
+        self._saving_posted: set[CallKey] = set()
         #: Functions running now by name, counting those past their timeout.
         self._running_by_name: Counter[str] = Counter()
         #: Calls the clockwork looks at (queued, ready, backing off, with a deadline or
@@ -318,7 +339,8 @@ class CoreBase:
         self._move(call, Phase.DONE)
         call.outcome = outcome
         call.lease_held = False
-        call.retry = None
+        if not call.save_unanswered:  # a result posted before its save is still saved
+            call.retry = None
 
     def _move(self, call: Call, phase: Phase) -> None:
         """Every phase change goes through here, along the table of legal moves (so a
@@ -348,6 +370,8 @@ class CoreBase:
             view.unsettled.add(call.key)
 
     def _forget(self, call: Call) -> None:
+        if call.save_unanswered:
+            return  # posted, its save in flight: forgotten once the save is answered
         if self._reserved.get(call.key) is call:
             del self._reserved[call.key]
         if self._waiting.get(call.key) is call:

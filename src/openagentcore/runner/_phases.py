@@ -18,7 +18,8 @@ class Phase(str, enum.Enum):
     """Where one call is in this runner. Every phase but ``POSTED`` and ``DONE`` keeps
     its Session busy: a serve does not end on it without saying so."""
 
-    #: A claim was sent to the store.
+    #: A claim was sent to the store (an idempotent function may have run already,
+    #: its outcome waiting for the claim's answer).
     CLAIMING = "claiming"
     #: Reading the record of a call this runner cannot run (or must re-check).
     LOOKING = "looking"
@@ -36,11 +37,12 @@ class Phase(str, enum.Enum):
     #: Claimed (lease held) with a slot kept for it; starts once the lease is confirmed
     #: to be ours for long enough (``START_LEASE_SHARE``).
     QUEUED = "queued"
-    #: The function runs (lease held).
+    #: The function runs (lease held; an idempotent function's claim may still be on
+    #: its way: it started as the claim was sent).
     RUNNING = "running"
     #: Saving the result (lease held until saved).
     SAVING = "saving"
-    #: Saved, to be posted.
+    #: Saved (an idempotent function's result: being saved), to be posted.
     READY = "ready"
     #: In a POST in flight.
     POSTING = "posting"
@@ -74,8 +76,11 @@ MOVES: Mapping[tuple[Phase, Phase], str] = {
     (_P.WAITING, _P.CLAIMING): "a concurrency slot is free: claim it",
     (_P.WAITING, _P.TAKING_OVER): "a concurrency slot is free: take it over",
     (_P.WAITING, _P.DONE): "its Turn is over, or its serve ended, before a slot was free",
+    (_P.WAITING, _P.RUNNING): "idempotent: claimed and started at once (the claim's answer "
+    "comes while it runs)",
     (_P.CLAIMING, _P.QUEUED): "claim won (lease held)",
-    (_P.CLAIMING, _P.READY): "a saved result exists (resubmit)",
+    (_P.CLAIMING, _P.READY): "a saved result exists (resubmit); or an idempotent run's "
+    "claim won: posted as it is saved",
     (_P.CLAIMING, _P.MARKING_IN_DOUBT): "started, no result, owner gone",
     (_P.CLAIMING, _P.DECIDING): "already in doubt: on_in_doubt decides",
     (_P.CLAIMING, _P.WAITING): "already in doubt, may run again: waits for a slot",
@@ -105,6 +110,9 @@ MOVES: Mapping[tuple[Phase, Phase], str] = {
     (_P.RELEASING, _P.DONE): "claim given back, never ran",
     (_P.RUNNING, _P.SAVING): "returned, raised, timed out or cancelled",
     (_P.RUNNING, _P.MARKING_IN_DOUBT): "ended without a result (SystemExit)",
+    (_P.RUNNING, _P.READY): "idempotent: returned, raised or timed out; posted as it is saved",
+    (_P.RUNNING, _P.CLAIMING): "idempotent, claim unanswered: ended first (its outcome waits "
+    "for the answer); or the claim lost or was refused (the run is dropped)",
     (_P.SAVING, _P.READY): "saved (the first saved result wins)",
     (_P.SAVING, _P.WAITING): "the save found it cleared to run again by hand",
     (_P.SAVING, _P.DONE): "the save found its result refused for good, or it settled",

@@ -154,7 +154,10 @@ def feed(core: RunnerCore, message: Message, now: float) -> None:
     else:
         serve = core.serves.get(message.serve_id)
         if serve is None:
-            return  # the serve ended; its stream's last words change nothing
+            # The serve ended; of its stream's last words only a Turn's cancel matters.
+            if isinstance(message, Received):
+                core.on_late_event(message.event, now)
+            return
         if isinstance(message, Received):
             core.on_event(serve, message.event, now)
         elif isinstance(message, Connected):

@@ -331,6 +331,11 @@ class FunctionRunner(Serving):
                 if not on_pump and now + self._core.next_wakeup(now) < self._pump_due:
                     self._pump_due = now
                     self._inbox.put(pump.Wake())
+            jobs: list[Callable[[], None]] | None = getattr(self._local, "jobs", None)
+            if store_calls and jobs and self._is_post(jobs[-1]):
+                # A POST kept for this thread would wait for the store calls below (an
+                # idempotent function's result is posted as it is saved): it goes now.
+                self._start(self._http_pool, jobs.pop())
             # Store calls run right here, one after another, and their answers go
             # straight back in; requests and functions went to their pools. A claim goes
             # to a function's thread, which then runs the function: claims made at once
@@ -373,6 +378,13 @@ class FunctionRunner(Serving):
         job = functools.partial(self._deliver_outcome, self._post, effect)
         if not self._take_here(job):
             self._start(self._http_pool, job)
+
+    def _is_post(self, job: Callable[[], None]) -> bool:
+        return (
+            isinstance(job, functools.partial)
+            and job.func == self._deliver_outcome
+            and job.args[0] == self._post
+        )
 
     def _read_session(self, effect: pump.ReadSession) -> None:
         self._start(self._http_pool, lambda: self._deliver(self._read(effect)))
