@@ -546,9 +546,12 @@ class SimRunner(Driver):
             else:
                 why = "could return"
             # A settled serve waits for its progress marks: their write, or its retry,
-            # touches every serve when it ends.
+            # touches every serve when it ends; and for the saves of results posted as
+            # they were saved (the idempotent fast path), whose answers touch its Session.
             marks = serve.until not in ("connected", "created") and (
-                core._marks_writing or core._marks_failed
+                core._marks_writing
+                or core._marks_failed
+                or any(key.session_id == serve.session_id for key in core._saving_posted)
             )
             if ready and not marks:
                 raise Violation(

@@ -732,6 +732,7 @@ class CallMachine(ServeTracker):
         """The save of a result posted as it was saved (``_save_and_post``)."""
         call.save_unanswered = False
         self._saving_posted.discard(call.key)
+        self._touched.add(call.key.session_id)  # its serves waited for this save
         call.lease_held = False
         attempted, call.event = call.event, None
         mark, call.mark_after_save = call.mark_after_save, None
@@ -1035,6 +1036,7 @@ class CallMachine(ServeTracker):
             # Posted already: never swapped for a failure. It stays unsaved, unmarked.
             call.save_unanswered = False
             self._saving_posted.discard(call.key)
+            self._touched.add(call.key.session_id)  # its serves waited for this save
             call.mark_after_save = None
             call.event = None
             call.recorded = False
