@@ -155,13 +155,26 @@ class AuditedStore(MemoryResultStore):
         runner = self.caller
         if after is None:
             # Only a first claim given back before its function started leaves no trace.
-            started = self.world.started_attempts(before.key)
+            # (An idempotent function another worker started as its own claim of the call
+            # was sent, a claim the store never granted, did not start under this one.)
+            world = self.world
+            first_runs = sum(
+                1
+                for worker in world.workers
+                for started, attempt in worker.runner.started
+                if started == before.key and attempt == 1
+            )
+            unclaimed = sum(
+                1
+                for run in world.early_runs
+                if run.key == before.key and not run.granted and run.owner != before.owner
+            )
             if (
                 runner is None
                 or before.state is not CallState.STARTED
                 or before.attempts != 1
                 or before.owner != runner._core.owner
-                or 1 in started
+                or first_runs > unclaimed
             ):
                 self._fail(before, f"the record was deleted (it was {before})")
             return

@@ -566,7 +566,7 @@ class SimRunner(Driver):
         core = self._core
         if core._reads_all or core._touched_all:
             return
-        stale = core._reads_stale | core._touched
+        stale = {**core._reads_stale, **core._touched}
         for session_id in set(core._serves_by_session) | set(core._next_reads):
             if session_id in stale:
                 continue

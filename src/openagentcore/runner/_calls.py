@@ -587,6 +587,8 @@ class CallMachine(ServeTracker):
             )
             self._effects.append(CancelFunction(call.key))
             self._overrunning[call.key] = call.name
+            if call.claim_unanswered:
+                self._unclaimed_overruns.add(call.key)
             self._count(call.key.session_id, "calls_run")
             self._count(call.key.session_id, "function_errors")
             error = timeout_error(function.timeout, idempotent=function.idempotent)
@@ -613,8 +615,12 @@ class CallMachine(ServeTracker):
         if outcome.key in self._overrunning:
             self._running_by_name[self._overrunning.pop(outcome.key)] -= 1
             self._running -= 1
-            if call is not None and call.claim_unanswered:
-                return  # its claim may yet be lost: nothing of the run is kept before
+            if outcome.key in self._unclaimed_overruns:
+                # Its claim was not answered when it timed out, and it may be lost yet,
+                # or the call settled without it (forgotten since): nothing of a run
+                # whose claim was never won is kept.
+                self._unclaimed_overruns.discard(outcome.key)
+                return
             late = outcome.event
             if late is None:
                 late = failure_event(outcome.key, ENDED_WITHOUT_RESULT)
@@ -694,6 +700,7 @@ class CallMachine(ServeTracker):
         """The answer to the claim of a run started with it (``_start_with_claim``)."""
         call.claim_unanswered = False
         if claim.won or self._ours_unconfirmed(call, claim.record):
+            self._unclaimed_overruns.discard(call.key)
             self._unconfirmed.pop(call.key, None)
             call.lease_held = True
             won = claim.won
@@ -732,7 +739,7 @@ class CallMachine(ServeTracker):
         """The save of a result posted as it was saved (``_save_and_post``)."""
         call.save_unanswered = False
         self._saving_posted.discard(call.key)
-        self._touched.add(call.key.session_id)  # its serves waited for this save
+        self._touched[call.key.session_id] = None  # its serves waited for this save
         call.lease_held = False
         attempted, call.event = call.event, None
         mark, call.mark_after_save = call.mark_after_save, None
@@ -883,7 +890,7 @@ class CallMachine(ServeTracker):
         return any(call.phase in _LINGER_FOR for call in self._view(session_id).calls.values())
 
     def on_posted(self, outcome: PostOutcome, now: float) -> None:
-        self._touched.add(outcome.batch.session_id)
+        self._touched[outcome.batch.session_id] = None
         view = self._sessions.get(outcome.batch.session_id)
         if view is not None and view.posting:
             view.posting -= 1
@@ -1020,7 +1027,7 @@ class CallMachine(ServeTracker):
         call.retry = effect
         call.not_before = self._store_retry_at
         self._watch[call.key] = call
-        self._touched.add(call.key.session_id)
+        self._touched[call.key.session_id] = None
 
     def _on_store_refused(self, call: Call, effect: Effect, error: Exception, now: float) -> None:
         """A permanent store error (data the store cannot hold): the model gets a failed
@@ -1036,7 +1043,7 @@ class CallMachine(ServeTracker):
             # Posted already: never swapped for a failure. It stays unsaved, unmarked.
             call.save_unanswered = False
             self._saving_posted.discard(call.key)
-            self._touched.add(call.key.session_id)  # its serves waited for this save
+            self._touched[call.key.session_id] = None  # its serves waited for this save
             call.mark_after_save = None
             call.event = None
             call.recorded = False

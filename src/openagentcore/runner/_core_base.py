@@ -272,6 +272,9 @@ class CoreBase:
         #: Results posted as they are saved whose save is not answered yet: their
         #: progress marks wait for it, and so do the serves of their Sessions.
         self._saving_posted: set[CallKey] = set()
+        #: Runs started with their claim that timed out before the claim was answered:
+        #: their late outcome is kept beside the record only once the claim is won.
+        self._unclaimed_overruns: set[CallKey] = set()
         #: Functions running now by name, counting those past their timeout.
         self._running_by_name: Counter[str] = Counter()
         #: Calls the clockwork looks at (queued, ready, backing off, with a deadline or
@@ -306,7 +309,7 @@ class CoreBase:
         #: Sessions whose serves may have become able to return since they were last
         #: judged (a call of theirs moved, the server answered about them): a round
         #: judges only their serves, so it costs what changed, not every serve.
-        self._touched: set[str] = set()
+        self._touched: dict[str, None] = {}  # an ordered set: rounds replay exactly
         #: Something any serve may wait on changed (progress marks written, a stop, a
         #: serve attached or changed by its driver): the next round judges them all.
         self._touched_all = True
@@ -314,7 +317,7 @@ class CoreBase:
         #: to date for the Sessions touched since (``_reads_stale``, and all of them
         #: after ``_reads_all``), so a round does not look at every Session.
         self._next_reads: dict[str, float] = {}
-        self._reads_stale: set[str] = set()
+        self._reads_stale: dict[str, None] = {}
         self._reads_all = True
 
     def _emit(self, call: Call, effect: Effect, now: float) -> None:
@@ -322,7 +325,7 @@ class CoreBase:
             call.retry = effect  # idle until the store is back: a pass may end now
             call.not_before = self._store_retry_at
             self._watch[call.key] = call
-            self._touched.add(call.key.session_id)
+            self._touched[call.key.session_id] = None
         else:
             if isinstance(effect, (ClaimCall, TakeOver)):
                 call.claim_sent_at = now
@@ -348,7 +351,7 @@ class CoreBase:
         concurrency slots need no scan."""
         check_move(call.phase, phase, call.key.call_id)
         call.phase = phase
-        self._touched.add(call.key.session_id)
+        self._touched[call.key.session_id] = None
         if phase in _SLOT_PHASES and call.function is not None and self.calls.get(call.key) is call:
             self._reserved[call.key] = call
         elif self._reserved.get(call.key) is call:
@@ -379,7 +382,7 @@ class CoreBase:
         self._unpost(call)
         self.calls.pop(call.key, None)
         self._watch.pop(call.key, None)
-        self._touched.add(call.key.session_id)
+        self._touched[call.key.session_id] = None
         view = self._view(call.key.session_id)
         view.calls.pop(call.key, None)
         view.unsettled.discard(call.key)
@@ -407,7 +410,7 @@ class CoreBase:
         self._emit(call, Release(call.key, self.owner), now)
 
     def _want_read(self, view: SessionView, now: float) -> None:
-        self._touched.add(view.session_id)
+        self._touched[view.session_id] = None
         view.read_at = now if view.read_at is None else min(view.read_at, now)
 
     def _view(self, session_id: str) -> SessionView:

@@ -87,7 +87,7 @@ class ServeTracker(Housekeeping, abc.ABC):
         serve = Serve(self._last_serve_id, session_id, until, ServeReport(session_id))
         self.serves[serve.id] = serve
         self._serves_by_session.setdefault(session_id, {})[serve.id] = serve
-        self._touched.add(session_id)
+        self._touched[session_id] = None
         view = self._view(session_id)
         if until == "once":
             self._want_read(view, now)
@@ -148,7 +148,7 @@ class ServeTracker(Housekeeping, abc.ABC):
         if not serve.stopping:
             serve.stopping = True
             serve.finishing = frozenset(self._view(serve.session_id).unsettled)
-            self._touched.add(serve.session_id)
+            self._touched[serve.session_id] = None
 
     def expect_turn(self, serve: Serve, reconnects: int, input_key: ContentKey) -> bool:
         """``run_turn`` is about to send its input, whose first message has the content
@@ -191,7 +191,7 @@ class ServeTracker(Housekeeping, abc.ABC):
             serves = list(self.serves.values())
             self._reads_all = True
         else:
-            self._reads_stale |= self._touched
+            self._reads_stale.update(self._touched)
             by_session = self._serves_by_session
             serves = [
                 serve
@@ -208,7 +208,7 @@ class ServeTracker(Housekeeping, abc.ABC):
         if session_id is None:
             self._touched_all = True
         else:
-            self._touched.add(session_id)
+            self._touched[session_id] = None
 
     def finished(self, serve: Serve, now: float) -> bool:
         """Whether ``serve`` may return now. Raises the serve's fatal error, if any."""
@@ -299,17 +299,17 @@ class ServeTracker(Housekeeping, abc.ABC):
 
     def on_connected(self, serve: Serve, now: float) -> None:
         """The serve's stream (re)opened: what it missed is in a fresh Session read."""
-        self._touched.add(serve.session_id)
+        self._touched[serve.session_id] = None
         serve.connected = True
         self._want_read(self._view(serve.session_id), now)
 
     def on_dropped(self, serve: Serve) -> None:
-        self._touched.add(serve.session_id)
+        self._touched[serve.session_id] = None
         serve.report.reconnects += 1
 
     def on_stream_failed(self, serve: Serve, error: Exception) -> None:
         """The stream cannot be opened again: the serve ends with an error."""
-        self._touched.add(serve.session_id)
+        self._touched[serve.session_id] = None
         if isinstance(error, NotFoundError):
             self._session_gone(serve.session_id, error)
             return
@@ -319,7 +319,7 @@ class ServeTracker(Housekeeping, abc.ABC):
     def on_event(self, serve: Serve, event: SessionEvent, now: float) -> None:
         """One live stream event of ``serve``'s Session (drivers pass only those it
         ``heeds``)."""
-        self._touched.add(serve.session_id)
+        self._touched[serve.session_id] = None
         if isinstance(event, SessionSnapshotEvent):
             self._view(serve.session_id).snapshots_streamed += 1
             self._on_session(serve.session_id, event.session, now)
@@ -383,7 +383,7 @@ class ServeTracker(Housekeeping, abc.ABC):
             self._effects.append(CancelFunction(call.key))
 
     def on_session_read(self, answer: SessionOutcome, now: float) -> None:
-        self._touched.add(answer.session_id)
+        self._touched[answer.session_id] = None
         view = self._view(answer.session_id)
         view.reading = False
         if answer.error is not None:
@@ -599,7 +599,7 @@ class ServeTracker(Housekeeping, abc.ABC):
             self._next_reads.clear()
             stale: Iterable[str] = list(self._serves_by_session)
         else:
-            stale = self._reads_stale | self._touched
+            stale = [*self._reads_stale, *self._touched]
         for session_id in stale:
             serves = self._serves_by_session.get(session_id)
             read_at = (
