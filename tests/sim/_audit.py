@@ -200,6 +200,9 @@ class AuditedStore(MemoryResultStore):
             self._fail(after, "a person's earlier decision was erased from the history")
         if len(after.history) > len(before.history) and runner is not None:
             self._fail(after, "a runner wrote a person's decision into the history")
+        if runner is None and len(after.history) != len(before.history) + 1:
+            # docs/operations.md: each `calls resolve` is appended to the history.
+            self._fail(after, "a person's decision was not appended to the history")
         changed_label = after.settled_by != before.settled_by
         if runner is not None and changed_label and after.settled_by not in _BY_RUNNERS:
             self._fail(after, f"a runner labelled it settled by {after.settled_by!r}")

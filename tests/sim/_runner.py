@@ -32,6 +32,7 @@ from openagentcore.runner._effects import (
     Lookup,
     MarkInDoubt,
     Note,
+    ReportAction,
     RunFunction,
     SaveResult,
     StoreAnswer,
@@ -51,7 +52,7 @@ from openagentcore.store import (
     StoreUnavailableError,
 )
 from openagentcore.store._records import owner_closed
-from openagentcore.types import Session, SessionEvent, Turn
+from openagentcore.types import RequiredAction, Session, SessionEvent, Turn
 
 from ._server import REQUEST, Server
 from ._tasks import SimFuture, Violation
@@ -330,12 +331,21 @@ class SimRunner(Driver):
         if world.chaos and partial.random() < 0.2:
             self.lacks = partial.choice(_FUNCTIONS).name
             self.unknown = partial.choice(("leave", "fail"))
+        # The application's on_action hook: the final worker's always, when Sessions
+        # require other actions; half the chaos workers' (drawn apart).
+        told = random.Random(f"on_action {world.seed} {worker.generation}").random() < 0.5
+        on_action = (
+            self._told_of_action
+            if world.other_actions is not None and (told or not world.chaos)
+            else None
+        )
         super().__init__(
             store=world.store,
             max_concurrency=concurrency,
             lease_seconds=LEASE_SECONDS,
             unknown_functions=self.unknown,
             on_in_doubt=hook,
+            on_action=on_action,
             poll_interval=0.3,
             shutdown_grace=rng.choice((0.0, 0.5, 2.0)),
             unreachable_timeout=UNREACHABLE_TIMEOUT,
@@ -395,6 +405,23 @@ class SimRunner(Driver):
         self.known_at_dispatch: dict[CallKey, float] = {}
         if world.mutate is not None:
             world.mutate(self)
+
+    def _report_action(self, effect: ReportAction) -> None:
+        """The core asks to tell ``on_action``: once per action while it serves."""
+        problem = self.world.server.reporting_action(self, effect.session_id, effect.action)
+        if problem is not None:
+            raise Violation(f"seed {self.world.seed}: sim-{self.worker.generation}: {problem}")
+        super()._report_action(effect)
+
+    def _told_of_action(self, session_id: str, action: RequiredAction) -> None:
+        """The application's ``on_action``: told of an action no function answers. A
+        broken promise is raised by the scheduler, since the runner logs what a hook
+        raises."""
+        problem = self.world.server.told_of_action(self, session_id, action)
+        if problem is not None and self.world.broken is None:
+            self.world.broken = Violation(
+                f"seed {self.world.seed}: sim-{self.worker.generation}: {problem}"
+            )
 
     def _counting(self, function: RegisteredFunction) -> Callable[[str], str]:
         name, world = function.name, self.world
@@ -493,6 +520,9 @@ class SimRunner(Driver):
         super()._detach(serve)
         if self.worker.alive:
             self.world.reports.append((self.worker.generation, serve.report))
+        session_id = serve.session_id
+        if all(other.session_id != session_id for other in self._core.serves.values()):
+            self.world.server.told_while_served.pop((self.worker.generation, session_id), None)
 
     def seen(self, messages: list[Message]) -> None:
         """The pump drained ``messages``: what they show of the server is known now, and

@@ -34,13 +34,17 @@ from openagentcore.runner._pump import Message, Received
 from openagentcore.runner._serves import _UNANSWERED
 from openagentcore.store import CallKey
 from openagentcore.types import (
+    EnvironmentConnectionAction,
     FunctionCallAction,
     FunctionCallItem,
     FunctionCallOutputItem,
     ItemAddedEvent,
     ItemDoneEvent,
+    McpApprovalRequest,
+    McpApprovalRequestAction,
     MessageItem,
     OutputText,
+    RequiredAction,
     Session,
     SessionFailedEvent,
     SessionIdleEvent,
@@ -110,6 +114,9 @@ class ServerTurn:
     pending: dict[str, ServerCall] = field(default_factory=dict)
     #: When the Turn was cancelled, if it was.
     cancelled_at: float | None = None
+    #: Another action the current step requires beside its calls, if any: an approval
+    #: or an Environment, answered by someone else with the step.
+    action: RequiredAction | None = None
 
     @property
     def ended(self) -> bool:
@@ -180,6 +187,15 @@ class Server:
         self.accepted_keys: dict[int, set[CallKey]] = {}
         #: Requests each worker sent while the server failed every one, by second.
         self.failing_requests: dict[tuple[int, int], int] = {}
+        #: Every action other than a function call a Session required (by id, with the
+        #: action kept so the id is not reused), and the Session.
+        self.other_actions: dict[int, tuple[RequiredAction, str]] = {}
+        #: Per worker (generation), the other actions its ``on_action`` hook was told of,
+        #: and those its pump took a snapshot of the Session showing; per worker and
+        #: Session, those told since the worker began to serve it (again).
+        self.actions_told: dict[int, set[int]] = {}
+        self.actions_shown: dict[int, set[int]] = {}
+        self.told_while_served: dict[tuple[int, str], set[int]] = {}
 
     # -- Turns ------------------------------------------------------------------------
 
@@ -258,9 +274,75 @@ class Server:
                 status="completed",
             )
             self._add_item(session, item, done=True)
+        turn.action = self._other_action(session, turn)
         self._changed(session)
         if world.chance(world.faults.cancel_turn):
             world.later(0.0, 0.5, lambda: self._cancel(session, turn))
+
+    def _other_action(self, session: ServerSession, turn: ServerTurn) -> RequiredAction | None:
+        """In some histories a step also asks for what no function answers (an MCP tool
+        call to approve, an Environment to connect): a runner only tells its ``on_action``
+        hook. Someone else answers it with the step (it is required while the step's
+        calls are pending). Drawn apart, so that other histories replay as before."""
+        draw = self.world.other_actions
+        if draw is None or draw.random() < 0.5:
+            return None
+        label = f"{session.id}_{turn.index}_{turn.step}"
+        action: RequiredAction
+        if draw.random() < 0.5:
+            request = _partial(
+                McpApprovalRequest,
+                type="mcp_tool_call",
+                server_label="sim",
+                name="lookup",
+                arguments={},
+                message=f"may the agent look up {label}?",
+            )
+            action = _partial(
+                McpApprovalRequestAction,
+                type="mcp_approval_request",
+                turn_id=turn.id,
+                request_id=f"mcpr_{label}",
+                request=request,
+            )
+        else:
+            action = _partial(
+                EnvironmentConnectionAction,
+                type="environment_connection",
+                environment_id=f"env_{label}",
+            )
+        self.other_actions[id(action)] = (action, session.id)
+        return action
+
+    def reporting_action(self, runner: SimRunner, session_id: str, action: object) -> str | None:
+        """``runner`` hands ``action`` to its ``on_action`` hook (it runs later, on a
+        thread): what is wrong with that, if anything. It must be an action the Session
+        required, handed over once while the runner serves the Session (a runner that
+        stops serving a Session forgets it, and tells again when it serves it again)."""
+        problem = self._never_required(session_id, action)
+        if problem is not None:
+            return problem
+        told = self.told_while_served.setdefault((runner.worker.generation, session_id), set())
+        if id(action) in told:
+            return f"on_action was told twice of {action!r} of Session {session_id}"
+        told.add(id(action))
+        return None
+
+    def told_of_action(self, runner: SimRunner, session_id: str, action: object) -> str | None:
+        """``runner``'s ``on_action`` hook runs for ``action``: what is wrong with that."""
+        problem = self._never_required(session_id, action)
+        if problem is None:
+            self.actions_told.setdefault(runner.worker.generation, set()).add(id(action))
+        return problem
+
+    def _never_required(self, session_id: str, action: object) -> str | None:
+        known = self.other_actions.get(id(action))
+        if known is None or known[0] is not action or known[1] != session_id:
+            return (
+                f"on_action was told of {action!r} for Session {session_id}, which never "
+                "required it"
+            )
+        return None
 
     def _end(self, session: ServerSession, turn: ServerTurn) -> None:
         if turn.fails:
@@ -367,7 +449,7 @@ class Server:
 
     def _snapshot(self, session: ServerSession) -> Session:
         turn = session.active
-        actions = [
+        actions: list[RequiredAction] = [
             _partial(
                 FunctionCallAction,
                 type="function_call",
@@ -378,6 +460,8 @@ class Server:
             )
             for call in (turn.pending.values() if turn is not None else ())
         ]
+        if turn is not None and turn.pending and turn.action is not None:
+            actions.append(turn.action)
         # Every defaulted field given: pydantic's model_construct inspects the
         # signature of each default factory it calls, which would dominate the run.
         return _partial(
@@ -677,6 +761,14 @@ class Server:
                 shown, session_id = message.event, _session_of(message.event)
             else:
                 continue
+            snapshot = shown if isinstance(shown, Session) else getattr(shown, "session", None)
+            if isinstance(snapshot, Session):
+                shows = self.actions_shown.setdefault(runner.worker.generation, set())
+                shows.update(
+                    id(action)
+                    for action in snapshot.required_actions
+                    if id(action) in self.other_actions
+                )
             made = self._made_at.get(id(shown))
             if made is None or made[0] is not shown or session_id is None:
                 continue

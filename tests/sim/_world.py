@@ -275,6 +275,10 @@ class World:
         self.deletion: float | None = (
             deletion.uniform(0.3, CHAOS_ENDS - 1.0) if deletion.random() < 0.2 else None
         )
+        #: Steps that also require an action no function answers (an approval, an
+        #: Environment), in a fifth of the histories: drawn from this generator, apart.
+        actions = random.Random(f"actions {seed}")
+        self.other_actions: random.Random | None = actions if actions.random() < 0.2 else None
         #: A worker (by generation) cut off from the store for a while, longer than a
         #: lease: the others find its claims stale meanwhile. Drawn apart.
         self._cut = random.Random(f"cut off {seed}")
@@ -771,6 +775,7 @@ class World:
         reported: set[CallKey] = set()
         self._check_reports()
         self._check_marks()
+        self._check_actions_told()
         for _, report in self.reports:
             reported.update(report.rejected, report.conflicts, report.in_doubt, report.abandoned)
         for session in self.server.sessions.values():
@@ -879,6 +884,21 @@ class World:
             raise Violation(
                 f"seed {self.seed}: {call.key.call_id} failed as served by no function "
                 f"({runs} runs); no worker that lacks {call.name} was told to fail its calls"
+            )
+
+    def _check_actions_told(self) -> None:
+        """The fault-free worker's ``on_action`` hook was told of every action other
+        than a function call that a Session snapshot its pump took required (the
+        hooks' calls check that each is true and told once)."""
+        server, final = self.server, self.workers[-1].generation
+        if self.other_actions is None:
+            return
+        missed = server.actions_shown.get(final, set()) - server.actions_told.get(final, set())
+        if missed:
+            action, session_id = server.other_actions[min(missed)]
+            raise Violation(
+                f"seed {self.seed}: the final worker saw Session {session_id} require "
+                f"{action!r}, and its on_action hook was never told"
             )
 
     def _check_reports(self) -> None:

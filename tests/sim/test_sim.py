@@ -536,6 +536,17 @@ def _in_doubt_marks_forget_when(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_rules, "mark_in_doubt", restamping)
 
 
+def _rows_lose_the_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record read from its row comes without its history: ``calls show`` no longer
+    shows what a person decided (the row still holds it)."""
+    from_row = _rules._record_from_row
+
+    def forgetful(row: Any) -> CallRecord:
+        return dataclasses.replace(from_row(row), history=())
+
+    monkeypatch.setattr(_rules, "_record_from_row", forgetful)
+
+
 def _functions_never_told_of_cancels(runner: SimRunner) -> None:
     """A cancelled Turn's running functions are not asked to stop: ``ctx.cancelled``
     stays unset, so a long function carries on with effects nobody waits for."""
@@ -763,6 +774,24 @@ def _idle_serves_wait_for_every_session(runner: SimRunner) -> None:
     core.serves_to_judge = every_serve  # type: ignore[method-assign]
 
 
+def _actions_told_on_every_read(runner: SimRunner) -> None:
+    """The core forgets which actions it told ``on_action`` of: every read of a
+    Session that requires an approval tells the hook again."""
+    core = runner._core
+    report_action = core._report_action
+
+    def forgetful(view: Any, action: Any) -> None:
+        view.reported_actions.clear()
+        report_action(view, action)
+
+    core._report_action = forgetful  # type: ignore[method-assign]
+
+
+def _actions_only_logged(runner: SimRunner) -> None:
+    """The core logs the actions it cannot serve, as if no ``on_action`` hook were set."""
+    runner._core.action_hook = False
+
+
 def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tuple[int, str]:
     for seed in seeds:
         broken = _violation(seed, mutate)
@@ -800,6 +829,8 @@ def _first_found(mutate: Callable[[SimRunner], None] | None, seeds: range) -> tu
         (_idle_serves_wait_for_every_session, "s after its Session last changed"),
         (_forever_serves_give_up, "a serve until forever gave up on a failing server"),
         (_give_ups_name_no_url, "gave up on a failing server with RunnerError('The server kept"),
+        (_actions_told_on_every_read, "on_action was told twice of"),
+        (_actions_only_logged, "its on_action hook was never told"),
     ],
 )
 def test_the_record_and_report_checks_find_a_runner_bug(
@@ -814,6 +845,7 @@ def test_the_record_and_report_checks_find_a_runner_bug(
     [
         (_marks_move_backwards, "a settled call (applied) changed"),
         (_in_doubt_marks_forget_when, "in_doubt_at changed"),
+        (_rows_lose_the_history, "a person's decision was not appended to the history"),
     ],
 )
 def test_the_store_audit_finds_a_store_bug(
