@@ -257,7 +257,11 @@ class ServeTracker(Housekeeping, abc.ABC):
         progress marks of results already posted: a serve out of time or a runner
         closing waits for these too, so the store is final when it returns."""
         if session_id is None:
-            return self.busy() or bool(self._marks) or self._marks_writing
+            # Results posted as they were saved count until their save is answered:
+            # their progress marks are queued only then.
+            return (
+                self.busy() or bool(self._marks) or self._marks_writing or bool(self._saving_posted)
+            )
         return self.busy(session_id) or self._marks_outstanding(session_id)
 
     def busy(self, session_id: str | None = None) -> bool:
