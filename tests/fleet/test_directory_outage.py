@@ -6,6 +6,7 @@ answered once throughout."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import threading
@@ -44,8 +45,9 @@ def postgres() -> Iterator[tuple[str, str]]:
 
 
 def test_a_worker_cut_off_from_postgres_lapses_and_is_fenced_when_it_returns(
-    postgres: tuple[str, str],
+    postgres: tuple[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="openagentcore.fleet")
     dsn, schema = postgres
     proxy, through_proxy = postgres_proxy(dsn)
     steps = [(FunctionCall("charge", {"order": f"r{step}"}),) for step in range(ROUNDS)]
@@ -55,11 +57,16 @@ def test_a_worker_cut_off_from_postgres_lapses_and_is_fenced_when_it_returns(
             scenario=Scenario(turns=[TurnScript(steps=steps)]), keepalive_interval=0.5
         ) as core,
     ):
-        asyncio.run(cut_off_worker(core, dsn, schema, through_proxy, proxy))
+        asyncio.run(cut_off_worker(core, dsn, schema, through_proxy, proxy, caplog))
 
 
 async def cut_off_worker(
-    core: LocalCore, dsn: str, schema: str, through_proxy: str, proxy: TcpProxy
+    core: LocalCore,
+    dsn: str,
+    schema: str,
+    through_proxy: str,
+    proxy: TcpProxy,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     runs: Counter[str] = Counter()
     gate = threading.Event()  # calls wait on it, so the Sessions stay busy through the cut
@@ -134,6 +141,18 @@ async def cut_off_worker(
     # its fair share (2 of 4), at newer epochs, once the other sees it back.
     now = {s: (owner, epoch) for s, _, _, owner, epoch in watcher.status().sessions}
     assert all(now[s] != (cut_id, epoch) for s, epoch in held_before_the_cut.items()), now
+
+    def fenced_out() -> set[str]:
+        """The Sessions a worker saw moved to another and stopped following."""
+        return {
+            str(record.args[0])
+            for record in caplog.records
+            if isinstance(record.args, tuple) and record.msg.startswith("Session %s moved")
+        }
+
+    # The cut-off worker sees it at its next round: that heartbeat is not the round's
+    # end, and beside a busy core the worker was stopped before it (fenced 0).
+    await until(lambda: fenced_out() == set(session_ids), "the cut-off worker was fenced")
     gate.set()
 
     def settled() -> bool:
