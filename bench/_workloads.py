@@ -9,8 +9,8 @@ Contenders, all serving the same no-op (or sleeping) function ``work(n)``:
 - ``ours_sqlite`` / ``ours_memory``: FunctionRunner with a durable SQLite store or the
   in-memory one (AsyncFunctionRunner for the many-Sessions workload);
 - ``ours_sqlite_idempotent``: ``ours_sqlite`` serving ``work`` declared
-  ``idempotent=True`` (it starts as its claim is sent; its result is posted as it is
-  saved);
+  ``idempotent=True``, with ``idempotent_fast_path=True`` (it starts as its claim is
+  sent; its result is posted as it is saved);
 - ``ours_async_sqlite`` / ``ours_async_memory``: AsyncFunctionRunner (in the per-call
   workload, its loop on a thread of its own, driven from a plain thread);
 - ``openai``: openai 3.51's ``sessions.stream(..., tool_handlers=...)`` helper;
@@ -138,8 +138,13 @@ def _turn_driver(
     contender: str, client: Client, args: dict[str, Any], work: Work, directory: str
 ) -> Callable[[str, str], None]:
     if contender in ("ours_sqlite", "ours_memory", "ours_sqlite_idempotent"):
-        runner = FunctionRunner(client, store=_store(contender, directory), max_concurrency=8)
         idempotent = contender == "ours_sqlite_idempotent"
+        runner = FunctionRunner(
+            client,
+            store=_store(contender, directory),
+            max_concurrency=8,
+            idempotent_fast_path=idempotent,
+        )
         declare = runner.function(
             name="work", description="A benchmark function.", idempotent=idempotent
         )

@@ -213,7 +213,6 @@ class Fleet:
         """What must hold however the workers died."""
         killed_pids = {worker.pid for worker in self.killed}
         runs = Counter((e["session"], e["call"]) for e in self.effects())
-        runs_by_process = Counter((e["session"], e["call"], e["pid"]) for e in self.effects())
         runners = {(e["session"], e["call"]): e["pid"] for e in self.effects()}
         outcome = FleetOutcome()
         store = self.open_store()
@@ -241,26 +240,14 @@ class Fleet:
                     else:
                         # Idempotent: re-run when in doubt, at most once per claim, and
                         # failed in doubt only once its claims reached max_attempts (3).
-                        # Beside those runs, every worker that follows the Session may run
-                        # it once as it sends its claim (the fast path); a worker whose
-                        # claim is lost drops what its run gave (checked above: the
-                        # server holds the saved result).
-                        ran_by = {
-                            pid: n
-                            for (session, call_id, pid), n in runs_by_process.items()
-                            if (session, call_id) == (session_id, call.call_id)
-                        }
-                        assert all(n <= record.attempts + 1 for n in ran_by.values()), ran_by
-                        assert ran <= record.attempts + len(ran_by), ran_by
+                        assert ran <= record.attempts
                         if record.result["success"]:
                             assert record.result["output"] == f"reserved {order}"
                             assert ran >= 1
                         else:
                             assert record.result["error"] == IN_DOUBT_ERROR, record.result
                             assert record.attempts >= 3, record
-                        # Runs beyond one per worker: reruns (the fast path's own runs
-                        # are one per worker, and prove nothing about the kills).
-                        outcome.reserve_reruns += max(0, ran - len(ran_by))
+                        outcome.reserve_reruns += ran - 1
                     outcome.takeovers += record.attempts - 1
         finally:
             store.close()

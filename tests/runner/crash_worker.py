@@ -96,6 +96,11 @@ class Killer:
         #: Set once the victim's claim is durable (the ``effect`` window waits for it).
         self.victim_claimed = threading.Event()
 
+    @property
+    def fast_path(self) -> bool:
+        """The windows only the idempotent fast path opens run with it on."""
+        return self.window in ("unclaimed", "unsaved")
+
     def targets(self, window: str, function: str) -> bool:
         return window == self.window and function == self.function
 
@@ -270,7 +275,10 @@ def _report_json(report: ServeReport) -> str:
 
 
 def _serve_sync(session_id: str, store: ResultStore, effects: Path, killer: Killer) -> ServeReport:
-    with Client() as client, FunctionRunner(client, store=store) as runner:
+    with (
+        Client() as client,
+        FunctionRunner(client, store=store, idempotent_fast_path=killer.fast_path) as runner,
+    ):
         register(runner, effects, killer)
         kill_after_acceptance(runner, killer)
         return runner.serve(session_id, timeout=30)
@@ -279,7 +287,10 @@ def _serve_sync(session_id: str, store: ResultStore, effects: Path, killer: Kill
 async def _serve_async(
     session_id: str, store: ResultStore, effects: Path, killer: Killer
 ) -> ServeReport:
-    async with AsyncClient() as client, AsyncFunctionRunner(client, store=store) as runner:
+    async with (
+        AsyncClient() as client,
+        AsyncFunctionRunner(client, store=store, idempotent_fast_path=killer.fast_path) as runner,
+    ):
         register(runner, effects, killer)
         kill_after_acceptance(runner, killer)
         return await runner.serve(session_id, timeout=30)

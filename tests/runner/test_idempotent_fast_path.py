@@ -54,7 +54,7 @@ def _core() -> RunnerCore:
     registry = FunctionRegistry()
     registry.add(describe_function(reserve, idempotent=True))
     registry.add(describe_function(charge))
-    return RunnerCore(
+    core = RunnerCore(
         registry,
         owner="worker-a",
         lease_seconds=LEASE,
@@ -64,6 +64,8 @@ def _core() -> RunnerCore:
         in_doubt_hook=False,
         action_hook=False,
     )
+    core.idempotent_fast_path = True  # the runner's option
+    return core
 
 
 def _read(core: RunnerCore, names: list[str], now: float) -> None:

@@ -352,6 +352,7 @@ class SimRunner(Driver):
         )
         owner_closed(self._core.owner)  # a real owner id names this process:
         self._core.owner = f"sim-{worker.generation}"  # the store judges by lease alone
+        self._core.idempotent_fast_path = True  # the option the simulator covers
         for function in _FUNCTIONS:
             if function.name == self.lacks:
                 continue

@@ -60,6 +60,11 @@ class RunnerOptions(TypedDict, total=False):
       ``recover`` keeps trying to reach a server it cannot connect to before raising
       :class:`~openagentcore.APIConnectionError` (``until="forever"`` keeps trying and
       logs a WARNING now and then).
+    - ``idempotent_fast_path``: start a function declared ``idempotent=True`` as its
+      claim is sent and post its result as it is saved, rather than after each is
+      durable (off by default: a crash between the POST and the save leaves its record
+      without a result, and every worker following a Session may run such a call once
+      as it claims it; see docs/runner.md).
     - ``tracer_provider``/``meter_provider``: OpenTelemetry providers for the runner's
       spans and metrics, instead of the global ones (needs ``openagentcore[otel]``).
     """
@@ -76,6 +81,7 @@ class RunnerOptions(TypedDict, total=False):
     poll_interval: float
     shutdown_grace: float
     unreachable_timeout: float
+    idempotent_fast_path: bool
     tracer_provider: Any
     meter_provider: Any
 
@@ -114,6 +120,7 @@ class RunnerBase:
         poll_interval: float = 1.0,
         shutdown_grace: float = 10.0,
         unreachable_timeout: float = 60.0,
+        idempotent_fast_path: bool = False,
         tracer_provider: Any = None,
         meter_provider: Any = None,
     ) -> None:
@@ -170,6 +177,7 @@ class RunnerBase:
             action_hook=on_action is not None,
             unreachable_timeout=unreachable_timeout,
         )
+        self._core.idempotent_fast_path = idempotent_fast_path
 
     def _close_store(self) -> None:
         if self._closes_store:

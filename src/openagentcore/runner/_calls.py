@@ -250,7 +250,7 @@ class CallMachine(ServeTracker):
         and drops its outcome (the winner's result is the one sent)."""
         assert call.function is not None
         if (
-            not (call.function.idempotent and call.fresh)
+            not (call.function.idempotent and call.fresh and self.idempotent_fast_path)
             or call.key in self._dropped_runs  # one run of a call at a time on a worker
             or not isinstance(claim, ClaimCall)
             or now < self._store_retry_at  # the claim would wait: so does the run
@@ -664,7 +664,7 @@ class CallMachine(ServeTracker):
             self._emit(call, MarkInDoubt(call.key, self.owner, call.attempts), now)
             return
         assert call.function is not None
-        if call.function.idempotent:
+        if call.function.idempotent and self.idempotent_fast_path:
             self._save_and_post(call, event, ran, now)
             return
         self._save(call, event, self.owner, now)

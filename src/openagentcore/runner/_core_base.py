@@ -272,6 +272,8 @@ class CoreBase:
         #: Results posted as they are saved whose save is not answered yet: their
         #: progress marks wait for it, and so do the serves of their Sessions.
         self._saving_posted: set[CallKey] = set()
+        #: Whether idempotent functions take the fast path (the runner's option).
+        self.idempotent_fast_path = False
         #: Runs started with their claim that timed out before the claim was answered:
         #: their late outcome is kept beside the record only once the claim is won.
         self._unclaimed_overruns: set[CallKey] = set()
