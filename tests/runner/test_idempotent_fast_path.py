@@ -54,7 +54,7 @@ def _core() -> RunnerCore:
     registry = FunctionRegistry()
     registry.add(describe_function(reserve, idempotent=True))
     registry.add(describe_function(charge))
-    core = RunnerCore(
+    return RunnerCore(
         registry,
         owner="worker-a",
         lease_seconds=LEASE,
@@ -63,9 +63,8 @@ def _core() -> RunnerCore:
         poll_interval=1.0,
         in_doubt_hook=False,
         action_hook=False,
+        idempotent_fast_path=True,
     )
-    core.idempotent_fast_path = True  # the runner's option
-    return core
 
 
 def _read(core: RunnerCore, names: list[str], now: float) -> None:

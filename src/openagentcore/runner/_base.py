@@ -176,8 +176,8 @@ class RunnerBase:
             in_doubt_hook=on_in_doubt is not None,
             action_hook=on_action is not None,
             unreachable_timeout=unreachable_timeout,
+            idempotent_fast_path=idempotent_fast_path,
         )
-        self._core.idempotent_fast_path = idempotent_fast_path
 
     def _close_store(self) -> None:
         if self._closes_store:

@@ -239,6 +239,7 @@ class CoreBase:
         in_doubt_hook: bool,
         action_hook: bool,
         unreachable_timeout: float | None = None,
+        idempotent_fast_path: bool = False,
     ) -> None:
         self.registry = registry
         self.owner = owner
@@ -273,7 +274,7 @@ class CoreBase:
         #: progress marks wait for it, and so do the serves of their Sessions.
         self._saving_posted: set[CallKey] = set()
         #: Whether idempotent functions take the fast path (the runner's option).
-        self.idempotent_fast_path = False
+        self.idempotent_fast_path = idempotent_fast_path
         #: Runs started with their claim that timed out before the claim was answered:
         #: their late outcome is kept beside the record only once the claim is won.
         self._unclaimed_overruns: set[CallKey] = set()

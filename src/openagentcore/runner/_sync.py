@@ -331,7 +331,9 @@ class FunctionRunner(Serving):
                 if not on_pump and now + self._core.next_wakeup(now) < self._pump_due:
                     self._pump_due = now
                     self._inbox.put(pump.Wake())
-            jobs: list[Callable[[], None]] | None = getattr(self._local, "jobs", None)
+            jobs: list[Callable[[], None]] | None = (
+                getattr(self._local, "jobs", None) if self._core.idempotent_fast_path else None
+            )
             if store_calls and jobs and self._is_post(jobs[-1]):
                 # A POST kept for this thread would wait for the store calls below (an
                 # idempotent function's result is posted as it is saved): it goes now.
