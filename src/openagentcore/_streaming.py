@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -258,18 +259,35 @@ class EventStream:
         self._reader = _Reader(response)
         self._chunks: Iterator[bytes] | None = None
         self._closed = False
+        #: Whether a thread is reading now: a close from another thread then leaves the
+        #: socket to it (see :meth:`close`).
+        self._reading = False
+        self._lock = threading.Lock()
 
     def __iter__(self) -> Iterator[SessionEvent]:
         return self
 
     def __next__(self) -> SessionEvent:
-        if self._closed:
-            raise StopIteration
+        with self._lock:
+            if self._closed:
+                raise StopIteration
+            self._reading = True
         try:
             return self._next()
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            with self._lock:
+                # Closed by another thread during the read: what woke it is the close.
+                stopped = self._closed and isinstance(exc, Exception)
+                self._closed = True
+            if stopped:
+                raise StopIteration from None
             raise
+        finally:
+            with self._lock:
+                self._reading = False
+                closed = self._closed
+            if closed:
+                self.response.close()
 
     def _next(self) -> SessionEvent:
         reader = self._reader
@@ -289,10 +307,19 @@ class EventStream:
         return reader.next_event()
 
     def close(self) -> None:
-        """Close the stream; safe to call from another thread to stop a blocked reader."""
-        self._closed = True
+        """Close the stream; safe to call from another thread to stop a blocked reader.
+
+        While another thread reads, only the socket is shut down, which wakes it; that
+        thread closes the response as it returns. Closing the socket under it instead
+        frees its descriptor while the read may still be about to use the number, which
+        the next connection opened can get: the read then waits on, or takes the bytes
+        of, someone else's connection."""
+        with self._lock:
+            self._closed = True
+            reading = self._reading
         _shutdown_socket(self.response)
-        self.response.close()
+        if not reading:
+            self.response.close()
 
     def __enter__(self) -> Self:
         return self

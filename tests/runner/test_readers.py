@@ -16,11 +16,12 @@ import pytest
 from openagentcore import Client, FunctionRunner
 from openagentcore.local import FunctionCall, LocalCore, Scenario, TurnScript
 from openagentcore.runner import _sync
+from openagentcore.store._records import owner_closed
 
 MakeCore = Callable[..., LocalCore]
 
-#: How long each reader takes to end once its stream is closed, in these tests.
-SLOW_EXIT = 2.0
+#: How long each reader still takes to end once ``close()`` lets it, in these tests.
+SLOW_EXIT = 0.3
 
 
 def _readers() -> set[threading.Thread]:
@@ -30,13 +31,31 @@ def _readers() -> set[threading.Thread]:
 def test_run_turn_returns_without_waiting_for_its_reader_and_close_waits_for_it(
     make_core: MakeCore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each reader is held at its end until ``close()`` begins, so ``run_turn`` can only
+    return while its reader is still there; then it takes a while more to end, and
+    ``close()`` must have waited for it. No assertion depends on how fast anything runs."""
+    may_end = threading.Event()
+    ended: list[threading.Thread] = []
     original = _sync._Reader._run
 
-    def slow_to_end(reader: _sync._Reader) -> None:
-        original(reader)
+    def held_at_its_end(reader: _sync._Reader) -> None:
+        try:
+            original(reader)
+        except BaseException as exc:
+            print("RAISED", repr(exc))
+            raise
+        may_end.wait(60)
         time.sleep(SLOW_EXIT)
+        ended.append(threading.current_thread())
 
-    monkeypatch.setattr(_sync._Reader, "_run", slow_to_end)
+    closing = owner_closed
+
+    def close_begins(owner: str) -> None:
+        may_end.set()
+        closing(owner)
+
+    monkeypatch.setattr(_sync._Reader, "_run", held_at_its_end)
+    monkeypatch.setattr(_sync, "owner_closed", close_begins)
     scenario = Scenario(
         turns=[TurnScript(), TurnScript(steps=[[FunctionCall("add", {"a": 1, "b": 2})]])]
     )
@@ -53,14 +72,15 @@ def test_run_turn_returns_without_waiting_for_its_reader_and_close_waits_for_it(
         spec = {"model": "scripted", "tools": runner.tools}
         session_id = client.sessions.create(agent=spec, input="hello").id
         runner.serve(session_id, timeout=15)  # the first Turn calls nothing
-        started = time.monotonic()
         result = runner.run_turn(session_id, "add them", timeout=15)
-        took = time.monotonic() - started
         assert result.status == "completed"
         assert result.report.calls_run == 1
-        assert took < SLOW_EXIT / 2, f"run_turn waited {took:.2f} s for its reader"
-        assert _readers() - before, "the readers should still be ending"
+        assert not may_end.is_set(), "run_turn waited for its reader"
+        assert not ended, "run_turn waited for its reader"
+        waiting = _readers() - before
+        assert waiting, "the readers should still be ending"
         runner.close()
+        assert set(ended) >= waiting, "close() returned before its readers ended"
         assert _readers() - before == set()
 
 
