@@ -647,7 +647,7 @@ def test_defect_09_409s_are_classified_by_code_and_transient_ones_retried(
     key = CallKey(session_id, action.turn_id, action.call_id)
 
     report = _report_of(
-        lambda: harness.serve(session_id, timeout=20 if expected == "applied" else 8)
+        lambda: harness.serve(session_id, timeout=20 if expected == "applied" else 4)
     )
 
     assert len(runs.runs) == 1

@@ -177,7 +177,11 @@ def test_a_result_is_never_posted_while_it_cannot_be_saved(
 ) -> None:
     store = OutageStore()
     store.fail("save_result")
-    harness, session_id, log = serve_with(make_core, make_harness, flavour, store)
+    # A short grace: the saves keep failing, so the timed-out serve and close() would
+    # each wait out the whole default grace for nothing.
+    harness, session_id, log = serve_with(
+        make_core, make_harness, flavour, store, shutdown_grace=0.5
+    )
 
     with pytest.raises(TimeoutError):
         harness.serve(session_id, timeout=1.5)
