@@ -334,7 +334,7 @@ class FunctionRunner(Serving):
             jobs: list[Callable[[], None]] | None = (
                 getattr(self._local, "jobs", None) if self._core.idempotent_fast_path else None
             )
-            if store_calls and jobs and self._is_post(jobs[-1]):
+            if store_calls and jobs and isinstance(jobs[-1], _Post):
                 # A POST kept for this thread would wait for the store calls below (an
                 # idempotent function's result is posted as it is saved): it goes now.
                 self._start(self._http_pool, jobs.pop())
@@ -377,16 +377,9 @@ class FunctionRunner(Serving):
             cancel_call(running)
 
     def _post_results(self, effect: pump.PostResults) -> None:
-        job = functools.partial(self._deliver_outcome, self._post, effect)
+        job = _Post(self, effect)
         if not self._take_here(job):
             self._start(self._http_pool, job)
-
-    def _is_post(self, job: Callable[[], None]) -> bool:
-        return (
-            isinstance(job, functools.partial)
-            and job.func == self._deliver_outcome
-            and job.args[0] == self._post
-        )
 
     def _read_session(self, effect: pump.ReadSession) -> None:
         self._start(self._http_pool, lambda: self._deliver(self._read(effect)))
@@ -460,6 +453,18 @@ class FunctionRunner(Serving):
         finally:
             self._contexts.pop(effect.key, None)
         self._deliver(outcome)
+
+
+class _Post:
+    """A result POST, as a job for a thread: a kind of its own so that a round can tell
+    it from the other jobs kept for a function's thread (see ``_rounds``)."""
+
+    def __init__(self, runner: FunctionRunner, effect: pump.PostResults) -> None:
+        self.runner = runner
+        self.effect = effect
+
+    def __call__(self) -> None:
+        self.runner._deliver(self.runner._post(self.effect))
 
 
 class _Reader:
