@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner._effects import (
     Answers,
     Lookup,
@@ -24,6 +26,10 @@ from openagentcore.store import (
     StoreCorruptError,
     StoreUnavailableError,
 )
+
+from ._support import PAIRED, Harness, applied_calls, one_turn
+
+TOOL_RESULT = "agent.session.input.tool_result"
 
 KEYS = [CallKey("sess", "turn", f"call_{n}") for n in range(4)]
 OWNER = "host:1:gone"
@@ -123,3 +129,59 @@ def test_a_store_without_get_many_is_read_key_by_key() -> None:
     assert old.gets == KEYS
     states = [r.record.state if r.record else None for r in found if isinstance(r, LookupResult)]
     assert states == [CallState.COMPLETED, CallState.STARTED, CallState.STARTED, None]
+
+
+# -- through both drivers ----------------------------------------------------------------
+
+RUNNER_COMBINATIONS = PAIRED
+
+
+class _CountingReads(MemoryResultStore):
+    """Counts the keys read one by one and in batches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.single: list[CallKey] = []
+        self.batches: list[int] = []
+
+    def get(self, key: CallKey) -> CallRecord | None:
+        self.single.append(key)
+        return super().get(key)
+
+    def get_many(self, keys: Iterable[CallKey]) -> dict[CallKey, CallRecord]:
+        wanted = list(keys)
+        self.batches.append(len(wanted))
+        return super().get_many(wanted)
+
+
+def test_a_restart_reads_its_saved_results_in_batches(
+    make_core: Callable[..., LocalCore], make_harness: Callable[..., Harness]
+) -> None:
+    """Results saved before a crash and never posted: ``recover`` with one slot looks up
+    the calls beyond it in one read, resubmits every saved result and runs nothing."""
+    calls = [FunctionCall("add", {"a": n, "b": 1}) for n in range(12)]
+    store = _CountingReads()
+    harness = make_harness(make_core(scenario=one_turn(calls)), store=store, max_concurrency=1)
+    runs: list[int] = []
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        runs.append(a)
+        return a + b
+
+    harness.runner.function(add)
+    session_id = harness.create_session()
+    for action in harness.wait_for_pending(session_id):
+        key = CallKey(session_id, action.turn_id, action.call_id)
+        store.claim(key, function_name="add", arguments_hash="h", owner=OWNER, lease_seconds=60)
+        event = {"type": TOOL_RESULT, "turn_id": action.turn_id, "call_id": action.call_id}
+        store.save_result(key, {**event, "success": True, "output": "saved"}, owner=OWNER)
+
+    report = harness.recover(session_id)
+
+    assert (report.calls_run, report.results_resubmitted, runs) == (0, 12, [])
+    assert store.single == []
+    assert sum(store.batches) == 11  # the twelfth call took the slot: claimed, not read
+    assert max(store.batches) > 1
+    outputs = [c.output.output for c in applied_calls(harness.client, session_id).values()]
+    assert outputs == ["saved"] * 12
