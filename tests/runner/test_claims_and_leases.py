@@ -28,9 +28,11 @@ from openagentcore.local import FunctionCall, LocalCore
 from openagentcore.runner import CallContext, ServeReport, ServeTimeout
 from openagentcore.runner._core import Phase, RunnerCore
 from openagentcore.runner._effects import (
+    Answers,
     ClaimCall,
     Effect,
     Lookup,
+    LookupMany,
     LookupResult,
     MarkInDoubt,
     PostResults,
@@ -48,6 +50,7 @@ from openagentcore.store import (
     PostgresResultStore,
     ResultStore,
     SQLiteResultStore,
+    StoreCorruptError,
     StoreUnavailableError,
     UnknownCallError,
 )
@@ -505,7 +508,8 @@ def test_calls_a_read_lists_beyond_the_free_slots_are_looked_up_not_left_waiting
     effects = core.take_effects(0.0)
 
     assert [claim.key.call_id for claim in _of(effects, ClaimCall)] == ["call_0"]
-    lookups = _of(effects, Lookup)
+    (batch,) = _of(effects, LookupMany)  # the round's lookups, in one read
+    lookups = batch.lookups
     assert [lookup.key.call_id for lookup in lookups] == ["call_1", "call_2"]
     saved = won_claim(_of(effects, ClaimCall)[0], 0.0).value
     assert isinstance(saved, Claim)
@@ -517,9 +521,60 @@ def test_calls_a_read_lists_beyond_the_free_slots_are_looked_up_not_left_waiting
         result={**event, "call_id": "call_1", "output": "charged 1"},
         owner="worker-gone",
     )
-    core.on_store_answer(StoreAnswer(lookups[0], LookupResult(with_result, stale=False)), 0.01)
-    core.on_store_answer(StoreAnswer(lookups[1], LookupResult(None, stale=False)), 0.01)
+    answers = Answers(
+        (
+            StoreAnswer(lookups[0], LookupResult(with_result, stale=False)),
+            StoreAnswer(lookups[1], LookupResult(None, stale=False)),
+        )
+    )
+    core.on_store_answer(StoreAnswer(batch, answers), 0.01)
     effects = core.take_effects(0.5)  # past the linger for other results of the Session
     posted = [r.key.call_id for e in _of(effects, PostResults) for r in e.batch.records]
     assert posted == ["call_1"]  # resubmitted while call_0 holds the only slot
     assert _of(effects, ClaimCall) == []  # call_2 has no record: it waits for the slot
+
+
+def test_a_batch_of_lookups_is_answered_call_by_call() -> None:
+    """A round's lookups go to the store as one ``LookupMany`` (issue 26). A store that
+    cannot be reached fails the batch as a whole: each call waits for the store and is
+    looked up again (again together); an error of one lookup in the batch's answers (a
+    damaged row) is that call's alone, and the others go on."""
+    core = _core(max_concurrency=1)
+    _announce(core, 4, 0.0)
+    effects = core.take_effects(0.0)
+    (batch,) = _of(effects, LookupMany)
+    saved = won_claim(_of(effects, ClaimCall)[0], 0.0).value
+    assert isinstance(saved, Claim)
+    assert [lookup.key.call_id for lookup in batch.lookups] == ["call_1", "call_2", "call_3"]
+
+    core.on_store_answer(StoreAnswer(batch, error=StoreUnavailableError("down")), 0.01)
+    assert _of(core.take_effects(0.01), LookupMany) == []  # nothing until the backoff ends
+    (again,) = _of(core.take_effects(60.0), LookupMany)
+    assert again.lookups == batch.lookups
+
+    event = {"type": "agent.session.input.tool_result", "turn_id": TURN, "success": True}
+    record = replace(
+        saved.record,
+        key=again.lookups[0].key,
+        state=CallState.COMPLETED,
+        result={**event, "call_id": "call_1", "output": "charged 1"},
+        owner="worker-gone",
+    )
+    damaged = StoreCorruptError("the row of call 'call_2' cannot be read")
+    answers = Answers(
+        (
+            StoreAnswer(again.lookups[0], LookupResult(record, stale=False)),
+            StoreAnswer(again.lookups[1], error=damaged),
+            StoreAnswer(again.lookups[2], LookupResult(None, stale=False)),
+        )
+    )
+    core.on_store_answer(StoreAnswer(again, answers), 60.01)
+    effects = core.take_effects(61.0)
+
+    posted = {r.key.call_id: r.result for e in _of(effects, PostResults) for r in e.batch.records}
+    assert set(posted) == {"call_1", "call_2"}  # a saved result, and the damaged row's failure
+    assert posted["call_1"] == record.result
+    failure = posted["call_2"]
+    assert failure is not None
+    assert failure["success"] is False
+    assert core.calls[again.lookups[2].key].phase is Phase.WAITING  # no record: its slot next

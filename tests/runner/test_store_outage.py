@@ -86,6 +86,10 @@ class OutageStore(MemoryResultStore):
     def get(self, key: CallKey) -> CallRecord | None:
         return self._call("get", lambda: super(OutageStore, self).get(key))
 
+    def get_many(self, keys: Iterable[CallKey]) -> dict[CallKey, CallRecord]:
+        # A batch of lookups reads as "get" does: it fails the same way in an outage.
+        return self._call("get", lambda: super(OutageStore, self).get_many(keys))
+
     def save_result(
         self, key: CallKey, result: Mapping[str, Any], *, owner: str | None
     ) -> CallRecord:

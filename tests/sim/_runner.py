@@ -17,8 +17,8 @@ import functools
 import math
 import random
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from openagentcore import APIConnectionError, APIError, APITimeoutError, NotFoundError
 from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
@@ -30,6 +30,7 @@ from openagentcore.runner._effects import (
     ClaimCall,
     KeepLateOutcome,
     Lookup,
+    LookupMany,
     MarkInDoubt,
     Note,
     ReportAction,
@@ -48,6 +49,7 @@ from openagentcore.store import (
     CallKey,
     CallRecord,
     CallState,
+    ResultStore,
     StoreKeyError,
     StoreUnavailableError,
 )
@@ -58,7 +60,7 @@ from ._server import REQUEST, Server
 from ._tasks import SimFuture, Violation
 
 if TYPE_CHECKING:
-    from ._world import SimWorker
+    from ._world import SimWorker, World
 
 __all__ = [
     "CHECKED_BY_THE_APPLICATION",
@@ -625,6 +627,8 @@ class SimRunner(Driver):
 
     def _perform_store(self, effect: StoreEffect) -> StoreAnswer:
         world = self.world
+        if isinstance(effect, LookupMany):
+            return self._perform_lookups(effect)
         if isinstance(effect, KeepLateOutcome):
             self.late_kept.append((effect.key, effect.outcome))
         if isinstance(effect, MarkInDoubt):
@@ -656,6 +660,28 @@ class SimRunner(Driver):
             and answer.value.result != effect.event
         ):
             world.lost_race(self, effect.key, effect.event)
+        return answer
+
+    def _perform_lookups(self, effect: LookupMany) -> StoreAnswer:
+        """A round's lookups: one read of the store, which an outage (or a connection
+        lost before the answer) fails as a whole. Ids the store cannot hold fail the
+        read they are in, as one SQL statement does: the real batch code then reads
+        each key alone, and only those calls are refused."""
+        world = self.world
+        if world.chance(world.faults.store_down):
+            world.store_trouble(self)
+            return StoreAnswer(effect, error=StoreUnavailableError("simulated outage"))
+        if world.cut_off(self.worker):
+            world.store_trouble(self)
+            return StoreAnswer(effect, error=StoreUnavailableError("cut off from the store"))
+        world.store.caller = self
+        try:
+            answer = perform_store(effect, cast(ResultStore, _Reads(world)))
+        finally:
+            world.store.caller = None
+        if answer.error is None and world.chance(world.faults.commit_then_error):
+            world.store_trouble(self)
+            return StoreAnswer(effect, error=StoreUnavailableError("read, then lost"))
         return answer
 
     def _check_own_doubt(self, effect: MarkInDoubt) -> None:
@@ -864,3 +890,27 @@ class _Items:
         )
         for item in reversed(items) if newest_first else items:
             yield item
+
+
+class _Reads:
+    """The world's store as a batch of lookups reads it: a read that holds an id the
+    store cannot hold fails (``get_many`` as a whole, ``get`` for that key)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def _refuse(self, keys: list[CallKey]) -> None:
+        if any(key in self.world.unstorable for key in keys):
+            raise StoreKeyError("ids the store cannot hold")
+
+    def get_many(self, keys: Iterable[CallKey]) -> dict[CallKey, CallRecord]:
+        wanted = list(keys)
+        self._refuse(wanted)
+        return self.world.store.get_many(wanted)
+
+    def get(self, key: CallKey) -> CallRecord | None:
+        self._refuse([key])
+        return self.world.store.get(key)
+
+    def is_stale(self, record: CallRecord, *, now: float | None = None) -> bool:
+        return self.world.store.is_stale(record, now=now)

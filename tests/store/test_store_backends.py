@@ -244,3 +244,19 @@ def test_open_store_opens_postgres_for_postgres_urls(
     open_store(url)
 
     assert opened == [url]
+
+
+def test_sqlite_get_many_finds_its_rows_through_the_key_index(tmp_path: Path) -> None:
+    """A plain ``WHERE (session_id, turn_id, call_id) IN (VALUES ...)`` made SQLite scan
+    the whole table for every batch of lookups (issue 26): the statement ``get_many``
+    sends must search the primary key instead."""
+    store = SQLiteResultStore(tmp_path / "calls.db")
+    try:
+        sql = store._get_many_sql(3)
+        with closing(sqlite3.connect(tmp_path / "calls.db")) as raw:
+            plan = raw.execute(f"EXPLAIN QUERY PLAN {sql}", ["s", "t", "c"] * 3).fetchall()
+    finally:
+        store.close()
+    steps = [str(row[-1]) for row in plan]
+    assert any(step.startswith("SEARCH openagentcore_calls USING INDEX") for step in steps), steps
+    assert not any(step.startswith("SCAN openagentcore_calls") for step in steps), steps

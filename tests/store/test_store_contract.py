@@ -509,6 +509,30 @@ def test_mark_many_applies_each_mark_by_the_same_rules_and_skips_unknown_calls(
     store.mark_many([])
 
 
+def test_get_many_reads_what_get_reads_for_each_key_and_leaves_out_unknown_ones(
+    store: ResultStore,
+) -> None:
+    """A restart looks up thousands of calls at once (issue 26): ``get_many`` gives for
+    each key the record ``get`` gives, across more keys than one statement reads, and
+    leaves out the keys the store never saw (asked twice or not at all)."""
+    from openagentcore.store._sql import GET_MANY_CHUNK
+
+    keys = [CallKey(f"sess_{n % 7}", "turn_1", f"call_{n}") for n in range(GET_MANY_CHUNK + 3)]
+    for key in keys:
+        claim(store, key=key)
+    for key in keys[::2]:
+        store.save_result(key, {"type": "x", "call_id": key.call_id}, owner=None)
+    unknown = [CallKey("sess_1", "turn_1", "never_claimed"), CallKey("sess_9", "t", "c")]
+    # A key that matches a claimed one in two of its three parts is not that call.
+    near = CallKey(keys[1].session_id, "turn_2", keys[1].call_id)
+
+    found = store.get_many([unknown[0], *reversed(keys), near, keys[0], unknown[1]])
+
+    assert found == {key: store.get(key) for key in keys}
+    assert store.get_many([]) == {}
+    assert store.get_many(unknown) == {}
+
+
 # -- leases, staleness, take-over -------------------------------------------------------
 
 

@@ -114,6 +114,8 @@ def test_a_saved_result_that_is_not_a_json_object_is_a_damaged_row(
 
     with pytest.raises(StoreCorruptError):
         store.get(KEY)
+    with pytest.raises(StoreCorruptError):  # read with other keys, it fails them all
+        store.get_many([OTHER, KEY])
 
 
 # -- PostgreSQL ------------------------------------------------------------------------
@@ -141,6 +143,7 @@ def test_postgres_row_with_bad_json_is_store_corrupt_error(pg_spec: StoreSpec) -
         _set_result_text(pg_spec, "{not json")
         for name, operation in [
             ("get", lambda: store.get(KEY)),
+            ("get_many", lambda: store.get_many([KEY, OTHER])),
             ("find", lambda: store.find(session_id=KEY.session_id)),
             ("claim", lambda: _claim(store, KEY, owner="other:1:x")),
         ]:

@@ -34,6 +34,7 @@ from ..store._records import cleared_to_rerun, idempotency_key_for
 from ..types import SessionEvent, TerminalTurnEvent
 from ._core_base import NOT_STARTED, Call, turn_over
 from ._effects import (
+    Answers,
     AskInDoubt,
     Batch,
     CallSettled,
@@ -45,6 +46,7 @@ from ._effects import (
     InDoubtAnswer,
     KeepLateOutcome,
     Lookup,
+    LookupMany,
     LookupResult,
     MarkInDoubt,
     Outcome,
@@ -283,6 +285,17 @@ class CallMachine(ServeTracker):
 
     def on_store_answer(self, answer: StoreAnswer, now: float) -> None:
         effect = answer.effect
+        if isinstance(effect, LookupMany):
+            # Each lookup is answered as if alone; a batch that failed as a whole fails
+            # each of its lookups (each is retried, as it would have been alone).
+            if isinstance(answer.value, Answers):
+                for each in answer.value.answers:
+                    self.on_store_answer(each, now)
+            else:
+                assert answer.error is not None
+                for lookup in effect.lookups:
+                    self.on_store_answer(StoreAnswer(lookup, error=answer.error), now)
+            return
         if isinstance(effect, WriteMarks):
             self._on_marks_written(effect, answer.error, now)
             return

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ._calls import CallMachine, Refusal, classify_refusal
 from ._core_base import Call, ContentKey, Mode, Serve
-from ._effects import Effect, Note
+from ._effects import Effect, Lookup, LookupMany, Note
 from ._phases import Phase
 from ._serves import content_key, heeds
 
@@ -58,7 +58,7 @@ class RunnerCore(CallMachine):
         self._reads_due(now)
         self._housekeeping_due(now)
         effects, self._effects = self._effects, []
-        return effects
+        return _lookups_together(effects)
 
     def take_notes(self) -> list[Note]:
         """What happened to calls since the last call (for logs, traces, metrics)."""
@@ -73,3 +73,19 @@ class RunnerCore(CallMachine):
         self._read_wakeups(due)
         self._housekeeping_wakeups(due)
         return max(0.0, min(due) - now)
+
+
+def _lookups_together(effects: list[Effect]) -> list[Effect]:
+    """The round's lookups as one :class:`LookupMany`, where the first of them was: one
+    read of the store and one answer for all (a restart looks up thousands of calls;
+    each alone cost a store statement, a lock and a message)."""
+    lookups = [effect for effect in effects if isinstance(effect, Lookup)]
+    if len(lookups) < 2:
+        return effects
+    together: list[Effect] = []
+    for effect in effects:
+        if not isinstance(effect, Lookup):
+            together.append(effect)
+        elif effect is lookups[0]:
+            together.append(LookupMany(tuple(lookups)))
+    return together

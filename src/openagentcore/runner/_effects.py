@@ -13,12 +13,13 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..store import CallKey, CallRecord, CallState, Claim, ResultStore
+from ..store import CallKey, CallRecord, CallState, Claim, ResultStore, StoreUnavailableError
 from ..types import RequiredAction, Session, Turn
 from ._context import CallContext, call_idempotency_key
 from ._registry import RegisteredFunction
 
 __all__ = [
+    "Answers",
     "AskInDoubt",
     "Batch",
     "CallSettled",
@@ -30,6 +31,7 @@ __all__ = [
     "InDoubtAnswer",
     "KeepLateOutcome",
     "Lookup",
+    "LookupMany",
     "LogNote",
     "LookupResult",
     "Note",
@@ -102,6 +104,15 @@ class Lookup:
 
 
 @dataclass(frozen=True, slots=True)
+class LookupMany:
+    """The lookups of one round, in one read of the store (``ResultStore.get_many``):
+    answered by :class:`Answers`, one :class:`StoreAnswer` per lookup, or by one error
+    for all of them."""
+
+    lookups: tuple[Lookup, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SaveResult:
     """Save the result event before it is posted; the first saved result wins."""
 
@@ -142,6 +153,7 @@ StoreEffect = (
     | MarkInDoubt
     | Release
     | Lookup
+    | LookupMany
     | SaveResult
     | KeepLateOutcome
     | WriteMarks
@@ -273,8 +285,16 @@ class StoreAnswer:
     """A store effect's outcome: ``value`` on success, else ``error``."""
 
     effect: StoreEffect
-    value: Claim | CallRecord | LookupResult | bool | tuple[CallKey, ...] | None = None
+    value: Claim | CallRecord | LookupResult | Answers | bool | tuple[CallKey, ...] | None = None
     error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """The answer of each lookup of a :class:`LookupMany`, in its order: a found record,
+    or that lookup's own error (a row the store cannot read fails only its call)."""
+
+    answers: tuple[StoreAnswer, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,7 +418,9 @@ def perform_store(effect: StoreEffect, store: ResultStore) -> StoreAnswer:
 
 def _store_call(
     effect: StoreEffect, store: ResultStore
-) -> Claim | CallRecord | LookupResult | bool | tuple[CallKey, ...] | None:
+) -> Claim | CallRecord | LookupResult | Answers | bool | tuple[CallKey, ...] | None:
+    if isinstance(effect, LookupMany):
+        return look_up_many(effect, store)
     if isinstance(effect, ClaimCall):
         return store.claim(
             effect.key,
@@ -436,3 +458,33 @@ def _store_call(
         if not store.renew_lease(key, owner=effect.owner, lease_seconds=effect.lease_seconds)
     )
     return lost
+
+
+def look_up_many(effect: LookupMany, store: ResultStore) -> Answers:
+    """Every lookup of ``effect`` in one read (``get_many``; one ``get`` per key on a
+    store without it). An unavailable store fails the whole batch (raised: every call
+    waits for the store). Any other error (a damaged row, ids the store cannot hold)
+    belongs to one call, which the batch cannot tell: each key is then read alone, so
+    only that call gets the error."""
+    get_many = getattr(store, "get_many", None)
+    if get_many is None:
+        return Answers(tuple(perform_store(lookup, store) for lookup in effect.lookups))
+    try:
+        found: dict[CallKey, CallRecord] = get_many([lookup.key for lookup in effect.lookups])
+    except StoreUnavailableError:
+        raise
+    except Exception:
+        return Answers(tuple(perform_store(lookup, store) for lookup in effect.lookups))
+    answers = []
+    for lookup in effect.lookups:
+        record = found.get(lookup.key)
+        # Only a started call without a result can be stale (the store's rule): the
+        # others need no clock (on PostgreSQL, a statement each).
+        stale = (
+            record is not None
+            and record.state is CallState.STARTED
+            and not record.has_result()
+            and store.is_stale(record)
+        )
+        answers.append(StoreAnswer(lookup, LookupResult(record, stale)))
+    return Answers(tuple(answers))

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..store import CallKey, StoreUnavailableError
 from ._effects import (
+    Answers,
     AskInDoubt,
     CallSettled,
     CallStarted,
@@ -199,6 +200,10 @@ class CallObserver:
 
     def _on_store_answer(self, answer: StoreAnswer, now: float) -> None:
         effect = answer.effect
+        if isinstance(answer.value, Answers):  # a batch of lookups: each as if alone
+            for each in answer.value.answers:
+                self._on_store_answer(each, now)
+            return
         if answer.error is not None:
             if self._tracer is not None:
                 self._store_errors.add(1, {"error.type": type(answer.error).__name__})

@@ -163,6 +163,19 @@ class StoreBase(abc.ABC):
             )
         return record
 
+    def get_many(self, keys: Iterable[CallKey]) -> dict[CallKey, CallRecord]:
+        """One :meth:`get` per key, for a store that has no batched read."""
+        found: dict[CallKey, CallRecord] = {}
+        for key in keys:
+            record = self.get(key)
+            if record is not None:
+                found[key] = record
+        return found
+
+    @abc.abstractmethod
+    def get(self, key: CallKey) -> CallRecord | None:
+        """The call's record, or ``None`` if the store never saw it."""
+
     def mark_many(self, changes: Iterable[tuple[CallKey, CallState]]) -> None:
         for key, state in changes:
             with contextlib.suppress(UnknownCallError):

@@ -72,6 +72,13 @@ class MemoryResultStore(StoreBase):
             row = self._open_rows().get(key)
         return None if row is None else _rules.record_from_row(row)
 
+    def get_many(self, keys: Iterable[CallKey]) -> dict[CallKey, CallRecord]:
+        """Every row under one hold of the lock, decoded after it."""
+        with self._lock:
+            rows = self._open_rows()
+            found = [(key, row) for key in keys if (row := rows.get(key)) is not None]
+        return {key: _rules.record_from_row(row) for key, row in found}
+
     def find(
         self,
         *,

@@ -128,6 +128,15 @@ class ResultStore(Protocol):
         """The call's record, or ``None`` if the store never saw it."""
         ...
 
+    def get_many(self, keys: Iterable[CallKey]) -> dict[CallKey, CallRecord]:
+        """The records of ``keys`` the store has, by key; keys it never saw are left out.
+
+        What :meth:`get` gives for each key, read in as few statements as the store can
+        (a restart looks up thousands of calls at once). A damaged row fails the whole
+        lookup, as :meth:`get` fails on it.
+        """
+        ...
+
     def find(
         self,
         *,
