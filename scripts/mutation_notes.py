@@ -348,6 +348,15 @@ MUTANT_NOTES.update(
             "self._rejected(call, record, now, newly=None)",
         ): (EQUIVALENT, "None is as false as False"),
         (
+            "xǁCallMachineǁ_decided",
+            "call, TakeOver(call.key, self.owner, self.lease_seconds, attempts), now",
+            "call, TakeOver(call.key, self.owner, self.lease_seconds, attempts), None",
+        ): (
+            EQUIVALENT,
+            "_wait_for_slot hands now to _enter, which reads it only for a call made ready "
+            "(ready_at); a call waiting for a slot never reads it",
+        ),
+        (
             "xǁRunnerCoreǁ_decide_existing",
             'self._done(call, "duplicate")',
             'self._done(call, "XXduplicateXX")',
@@ -1205,6 +1214,21 @@ UNREACHED_NOTES: dict[str, str] = {
     "x_encode_result": "every simulated result is plain JSON: a bad one is a unit test's job",
 }
 
+#: Kinds of mutant that change nothing anyone can observe, wherever they are: the
+#: ``before -> after`` of the mutant must match the pattern whole.
+_EQUIVALENT_RULES: tuple[tuple[str, str], ...] = (
+    (
+        r'self\._touched\[[\w.]+\] = None -> self\._touched\[[\w.]+\] = ""',
+        "_touched is an ordered set (a dict whose values nobody reads; _reads_stale, which "
+        "it is copied into, too): any value marks the Session touched",
+    ),
+    (
+        r"call\.(lease_held|save_unanswered) = False -> call\.\1 = None",
+        "the flag is only ever read for its truth (if, and, or, not), and None is as false "
+        "as False",
+    ),
+)
+
 _QUOTED = re.compile(r"""(?:[rbuf]*)("[^"]*"|'[^']*')""")
 
 
@@ -1216,6 +1240,9 @@ def classify(
     function = _method(short.partition("__mutmut_")[0])
     if (function, before, after) in _BY_METHOD:
         return _BY_METHOD[function, before, after]
+    for pattern, why in _EQUIVALENT_RULES:
+        if re.fullmatch(pattern, f"{before} -> {after}"):
+            return EQUIVALENT, why
     if line in _log_call_lines(file):
         return GAP, "inside a log call: the simulator turns logging off (a log-reading test's job)"
     if _only_text_changed(before, after):

@@ -25,6 +25,7 @@ from openagentcore.runner._effects import (
     InDoubtAnswer,
     Outcome,
     PostResults,
+    Release,
     RunFunction,
     SessionOutcome,
     Verdict,
@@ -679,6 +680,45 @@ def _log_lines_lose_an_argument(runner: SimRunner) -> None:
     core._say = careless  # type: ignore[method-assign]
 
 
+def _log_lines_name_nobody(runner: SimRunner) -> None:
+    """A log line of the core names ``None`` instead of the call it is about, as a
+    ``_say`` handed the wrong variable does."""
+    core = runner._core
+    say = core._say
+
+    def careless(level: int, message: str, *args: object) -> None:
+        say(level, message, *((None, *args[1:]) if args else args))
+
+    core._say = careless  # type: ignore[method-assign]
+
+
+def _fast_path_turned_off(runner: SimRunner) -> None:
+    """``idempotent_fast_path=True`` is ignored: an idempotent function waits for its
+    claim's answer before it starts, as every other function does."""
+    runner._core.idempotent_fast_path = False
+
+
+def _unrun_claims_kept(runner: SimRunner) -> None:
+    """A serve that ends keeps the claims of its Session's calls that never started:
+    they run later on the pump, for nobody, instead of being given back."""
+    runner._core._release_unrun = lambda session_id, now: None  # type: ignore[method-assign]
+
+
+def _claims_given_back_for_no_call(runner: SimRunner) -> None:
+    """A claim is given back naming a call the server never announced (a typo in a key):
+    the store releases nothing, and the claim lapses instead."""
+    core = runner._core
+    emit = core._emit
+
+    def mistyped(call: Call, effect: Effect, now: float) -> None:
+        if isinstance(effect, Release):
+            key = effect.key
+            effect = Release(CallKey(key.session_id, key.turn_id, "no_such_call"), effect.owner)
+        emit(call, effect, now)
+
+    core._emit = mistyped  # type: ignore[method-assign]
+
+
 def _function_limits_ignored(runner: SimRunner) -> None:
     """A function's own ``max_concurrency`` is ignored: only the runner's counts."""
     core = runner._core
@@ -850,6 +890,10 @@ def _found_from(mutate: Callable[[SimRunner], None], caught_at: int, found: str)
         (_force_stops_wait_for_functions, "was stopped with force=True while", 49),
         (_hooks_asked_about_the_first_attempt, "asked on_in_doubt about", 12),
         (_log_lines_lose_an_argument, "left a log line with arguments that do not format", 0),
+        (_log_lines_name_nobody, "left a log line with an argument that names nothing", 0),
+        (_fast_path_turned_off, "only once its claim was answered", 0),
+        (_unrun_claims_kept, "instead of giving its claim back", 22),
+        (_claims_given_back_for_no_call, "asked the store Release with CallKey(", 29),
         (_function_limits_ignored, "at once (max_concurrency=", 1),
         (_deleted_sessions_served_on, "the Session is gone (404)", 0),
         (_deleted_sessions_blamed_on_the_url, "(deleted) ended with RunnerError('Cannot serve", 0),
