@@ -399,11 +399,8 @@ class SimRunner(Driver):
         #: Functions started, by Session (an attempt may run twice on the fast path:
         #: dropped after its claim was lost, then claimed afresh and run again).
         self.runs_by_session: Counter[str] = Counter()
-        #: The attempts whose function the loop handed to a thread (it may wait for one).
-        self.dispatched: set[tuple[CallKey, int]] = set()
-        #: When a serve of each Session last attached (world time), and how many of its
-        #: serves the application is in (those in their grace included).
-        self.attached_at: dict[str, float] = {}
+        #: How many serves of each Session the application is in (those in their grace
+        #: included).
         self.serving: Counter[str] = Counter()
         #: The attempts handed to a thread as their claim was sent (idempotent only).
         self.sent_with_claim: set[tuple[CallKey, int]] = set()
@@ -480,7 +477,6 @@ class SimRunner(Driver):
         effect = work.args[0]
         assert isinstance(effect, RunFunction)
         world = self.world
-        self.dispatched.add((effect.key, effect.attempt))
         self.known_at_dispatch[effect.key] = world.server.knows_since(self, effect.key.session_id)
         call = self._core.calls.get(effect.key)
         if not self.serving[effect.key.session_id] and world.broken is None:
@@ -553,14 +549,12 @@ class SimRunner(Driver):
             )
 
     def _attach(self, session_id: str, until: Mode) -> Serve:
-        self.attached_at[session_id] = self.world.now
         serve = super()._attach(session_id, until)
         self.serving[session_id] += 1
         return serve
 
     def _detach(self, serve: Serve) -> None:
-        """The library's own, observed: the world reads every serve's report, and the
-        claims of the Session whose functions never started are given back."""
+        """The library's own, observed: the world reads every serve's report."""
         super()._detach(serve)
         self.serving[serve.session_id] -= 1
         if self.worker.alive:
@@ -568,7 +562,6 @@ class SimRunner(Driver):
         session_id = serve.session_id
         if all(other.session_id != session_id for other in self._core.serves.values()):
             self.world.server.told_while_served.pop((self.worker.generation, session_id), None)
-            self.world.unrun_claims_given_back(self, session_id)
 
     def seen(self, messages: list[Message]) -> None:
         """The pump drained ``messages``: what they show of the server is known now, and

@@ -101,9 +101,6 @@ STOP_LIMIT = 3.0
 STOP_WATCH_EVERY = 0.1
 #: Where the store's clock starts.
 STORE_EPOCH = 1_700_000_000.0
-#: How long after its last serve of a Session ended a live worker whose store works may
-#: still hold a claim of it whose function never started: a round and a store call.
-RELEASE_WITHIN = 0.5
 #: How often the world looks at the leases of live workers.
 LEASE_CHECK_EVERY = 0.05
 #: What the operator's results say: no function produces them.
@@ -436,45 +433,6 @@ class World:
                 )
 
         self.at(self.now + GONE_WITHIN, look)
-
-    def unrun_claims_given_back(self, runner: SimRunner, session_id: str) -> None:
-        """The last serve of ``session_id`` on ``runner`` ended: a claim of it whose
-        function never started is given back at once (docs/runner.md, "When a serve
-        ends early"), so another runner runs it without treating it as in doubt.
-        Looked at ``RELEASE_WITHIN`` later (a claim in flight then is given back as
-        it is answered; a function started after the serve ended counts as never
-        started), unless a serve of it attached meanwhile, or the worker died, closed
-        or met store trouble (a release is retried)."""
-        worker, ended, started = runner.worker, self.now, set(runner.dispatched)
-
-        def look() -> None:
-            troubled = self.troubled_at.get(worker.generation, float("-inf"))
-            if (
-                not worker.alive
-                or worker.closing
-                or troubled >= ended - LEASE_SECONDS
-                or runner.attached_at.get(session_id, float("-inf")) >= ended
-                or any(serve.session_id == session_id for serve in runner._core.serves.values())
-            ):
-                return
-            owner, now = runner._core.owner, self.store_now()
-            for record in self.store.find(states=[CallState.STARTED]):
-                lease = record.lease_expires_at
-                if (
-                    record.key.session_id == session_id
-                    and record.owner == owner
-                    and (record.key, record.attempts) not in started
-                    and lease is not None
-                    and lease > now
-                ):
-                    raise Violation(
-                        f"seed {self.seed}: {owner} still holds its claim of "
-                        f"{record.key.call_id} (attempt {record.attempts}), whose function "
-                        f"never started, {RELEASE_WITHIN:g} s after its last serve of "
-                        f"{session_id} ended"
-                    )
-
-        self.at(self.now + RELEASE_WITHIN, look)
 
     def gone(self, session_id: str) -> bool:
         return self.server.sessions[session_id].deleted_at is not None
