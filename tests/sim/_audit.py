@@ -248,12 +248,15 @@ class AuditedStore(MemoryResultStore):
             if after.settled_by != ("rerun" if before.settled_by != MANUAL_RERUN else MANUAL_RERUN):
                 self._fail(after, f"taken over, labelled settled by {after.settled_by!r}")
         elif after.attempts == before.attempts - 1:
-            # A claim given back: its function never started, the earlier doubt stays.
+            # A claim given back: its function never started, the earlier doubt stays,
+            # and so does a person's "run it again" (the take-over labelled it so, and
+            # nothing ran it); a runner's take-over label goes with the attempt.
             if (
                 before.state is not CallState.STARTED
                 or before.owner != owner
                 or after.state is not CallState.IN_DOUBT
                 or before.attempts in self.world.started_attempts(before.key)
+                or after.settled_by != (MANUAL_RERUN if before.settled_by == MANUAL_RERUN else None)
             ):
                 self._fail(after, f"attempt {before.attempts} given back as {after}")
         elif after.attempts != before.attempts:

@@ -41,6 +41,7 @@ from openagentcore.store import (
     StoreUnavailableError,
     _rules,
 )
+from openagentcore.store._records import MANUAL_RERUN
 
 from ._fleet import FleetWorld, run_fleet_seed
 from ._runner import SimRunner
@@ -915,10 +916,25 @@ def test_the_record_and_report_checks_find_a_runner_bug(
     assert found in broken, f"{mutation.__name__}: first violation (seed {seed}): {broken!r}"
 
 
+def _released_take_overs_cleared_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store labels every take-over given back as cleared to run again by hand, as
+    if a person had said so: the next runner reruns a call its policy should settle."""
+    release = _rules.release
+
+    def relabelled(record: CallRecord, **kwargs: Any) -> Any:
+        released = release(record, **kwargs)
+        if isinstance(released, CallRecord):
+            return dataclasses.replace(released, settled_by=MANUAL_RERUN)
+        return released
+
+    monkeypatch.setattr(_rules, "release", relabelled)
+
+
 @pytest.mark.parametrize(
     ("bug", "found"),
     [
         (_marks_move_backwards, "a settled call (applied) changed"),
+        (_released_take_overs_cleared_by_hand, "given back as"),
         (_in_doubt_marks_forget_when, "in_doubt_at changed"),
         (_rows_lose_the_history, "a person's decision was not appended to the history"),
     ],
