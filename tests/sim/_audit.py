@@ -178,6 +178,15 @@ class AuditedStore(MemoryResultStore):
             ):
                 self._fail(before, f"the record was deleted (it was {before})")
             return
+        if (
+            runner is not None
+            and not self.world.chaos
+            and (
+                after.state is CallState.IN_DOUBT
+                or (before.state is CallState.IN_DOUBT and before.settled_by != MANUAL_RERUN)
+            )
+        ):
+            self.world.found_in_doubt.add((runner.worker.generation, after.key))
         for name in _FIXED:
             if getattr(after, name) != getattr(before, name):
                 self._fail(after, f"{name} changed from {getattr(before, name)!r}")

@@ -316,6 +316,9 @@ class World:
         self.posted_ahead: dict[CallKey, list[dict[str, Any]]] = {}
         #: The result each runner first posted for each call: never another after it.
         self.posted_by: dict[tuple[str, CallKey], dict[str, Any]] = {}
+        #: The calls each fault-free worker found in doubt (it marked them so, or
+        #: decided them from that state), by its generation.
+        self.found_in_doubt: set[tuple[int, CallKey]] = set()
         #: Workers killed so far.
         self.crashes = 0
         #: Every serve's report, with the generation of the worker it served on.
@@ -962,6 +965,18 @@ class World:
                 )
             if generation == final and (report.reconnects or report.store_errors):
                 raise Violation(f"{where} counts faults after every fault ended: {counts}")
+            if generation == final and report.session_id in self.served:
+                # docs/operations.md: report.in_doubt lists the calls found in doubt.
+                missed = {
+                    key
+                    for found_by, key in self.found_in_doubt
+                    if found_by == final and key.session_id == report.session_id
+                } - set(report.in_doubt)
+                if missed:
+                    raise Violation(
+                        f"{where} leaves out {sorted(key.call_id for key in missed)}, which "
+                        "it found in doubt"
+                    )
 
     def _check_marks(self) -> None:
         """A record's state tells the truth: ``submitted`` and ``applied`` results are

@@ -720,6 +720,19 @@ def _claims_given_back_for_no_call(runner: SimRunner) -> None:
     core._emit = mistyped  # type: ignore[method-assign]
 
 
+def _in_doubt_left_out_of_reports(runner: SimRunner) -> None:
+    """Calls found in doubt are settled by the policy but not listed in
+    ``report.in_doubt``: nobody is told to look at them."""
+    core = runner._core
+    report_key = core._report_key
+
+    def forgetful(session_id: str, name: str, key: CallKey) -> None:
+        if name != "in_doubt":
+            report_key(session_id, name, key)
+
+    core._report_key = forgetful  # type: ignore[method-assign]
+
+
 def _function_limits_ignored(runner: SimRunner) -> None:
     """A function's own ``max_concurrency`` is ignored: only the runner's counts."""
     core = runner._core
@@ -895,6 +908,7 @@ def _found_from(mutate: Callable[[SimRunner], None], caught_at: int, found: str)
         (_fast_path_turned_off, "only once its claim was answered", 0),
         (_unrun_claims_kept, "instead of giving its claim back", 22),
         (_claims_given_back_for_no_call, "asked the store Release with CallKey(", 29),
+        (_in_doubt_left_out_of_reports, "which it found in doubt", 11),
         (_function_limits_ignored, "at once (max_concurrency=", 1),
         (_deleted_sessions_served_on, "the Session is gone (404)", 0),
         (_deleted_sessions_blamed_on_the_url, "(deleted) ended with RunnerError('Cannot serve", 0),
