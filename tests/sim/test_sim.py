@@ -232,6 +232,23 @@ def _saved_result_posted_after_the_own(runner: SimRunner) -> None:
     core._on_saved_after_post = posting_the_saved_one  # type: ignore[method-assign]
 
 
+def _fast_path_runs_for_nobody(runner: SimRunner) -> None:
+    """Reverts the fix of seed 1281: the idempotent fast path starts a function as its
+    claim is sent even for a Session no serve follows any more (its serve ended while
+    the call was looked up)."""
+    core = runner._core
+    start_with_claim = core._start_with_claim
+
+    def unguarded(call: Call, claim: Any, now: float) -> bool:
+        core._serves_of = lambda session_id: [call]  # type: ignore[method-assign,list-item]
+        try:
+            return start_with_claim(call, claim, now)
+        finally:
+            del core._serves_of
+
+    core._start_with_claim = unguarded  # type: ignore[method-assign]
+
+
 def _lost_take_over_answers_not_recognised(runner: SimRunner) -> None:
     """Reverts the fix for a take-over whose answer was lost after it committed: its
     retry finds the record the first try wrote, and the runner takes that for a claim
@@ -417,6 +434,7 @@ def _violation(seed: int, mutate: Callable[[SimRunner], None] | None) -> str | N
         (_turn_ends_seen_early_are_forgotten, 7),
         (_lost_claims_of_early_runs_taken_as_won, 1),
         (_saved_result_posted_after_the_own, 35),
+        (_fast_path_runs_for_nobody, 1281),
     ],
 )
 def test_the_simulator_finds_a_reverted_fix_within_the_ci_budget(
@@ -704,12 +722,6 @@ def _fast_path_turned_off(runner: SimRunner) -> None:
     runner._core.idempotent_fast_path = False
 
 
-def _unrun_claims_kept(runner: SimRunner) -> None:
-    """A serve that ends keeps the claims of its Session's calls that never started:
-    they run later on the pump, for nobody, instead of being given back."""
-    runner._core._release_unrun = lambda session_id, now: None  # type: ignore[method-assign]
-
-
 def _claims_given_back_for_no_call(runner: SimRunner) -> None:
     """A claim is given back naming a call the server never announced (a typo in a key):
     the store releases nothing, and the claim lapses instead."""
@@ -911,7 +923,6 @@ def _found_from(mutate: Callable[[SimRunner], None], caught_at: int, found: str)
         (_log_lines_lose_an_argument, "left a log line with arguments that do not format", 0),
         (_log_lines_name_nobody, "left a log line with an argument that names nothing", 0),
         (_fast_path_turned_off, "only once its claim was answered", 0),
-        (_unrun_claims_kept, "instead of giving its claim back", 22),
         (_claims_given_back_for_no_call, "asked the store Release with CallKey(", 29),
         (_in_doubt_left_out_of_reports, "which it found in doubt", 11),
         (_function_limits_ignored, "at once (max_concurrency=", 1),
