@@ -178,6 +178,15 @@ class AuditedStore(MemoryResultStore):
             ):
                 self._fail(before, f"the record was deleted (it was {before})")
             return
+        if (
+            runner is not None
+            and not self.world.chaos
+            and (
+                after.state is CallState.IN_DOUBT
+                or (before.state is CallState.IN_DOUBT and before.settled_by != MANUAL_RERUN)
+            )
+        ):
+            self.world.found_in_doubt.add((runner.worker.generation, after.key))
         for name in _FIXED:
             if getattr(after, name) != getattr(before, name):
                 self._fail(after, f"{name} changed from {getattr(before, name)!r}")
@@ -248,12 +257,15 @@ class AuditedStore(MemoryResultStore):
             if after.settled_by != ("rerun" if before.settled_by != MANUAL_RERUN else MANUAL_RERUN):
                 self._fail(after, f"taken over, labelled settled by {after.settled_by!r}")
         elif after.attempts == before.attempts - 1:
-            # A claim given back: its function never started, the earlier doubt stays.
+            # A claim given back: its function never started, the earlier doubt stays,
+            # and so does a person's "run it again" (the take-over labelled it so, and
+            # nothing ran it); a runner's take-over label goes with the attempt.
             if (
                 before.state is not CallState.STARTED
                 or before.owner != owner
                 or after.state is not CallState.IN_DOUBT
                 or before.attempts in self.world.started_attempts(before.key)
+                or after.settled_by != (MANUAL_RERUN if before.settled_by == MANUAL_RERUN else None)
             ):
                 self._fail(after, f"attempt {before.attempts} given back as {after}")
         elif after.attempts != before.attempts:

@@ -24,6 +24,7 @@ from openagentcore import APIConnectionError, APIError, APITimeoutError, NotFoun
 from openagentcore.runner import InDoubtCall, InDoubtDecision, current_call
 from openagentcore.runner._context import CallContext
 from openagentcore.runner._core import Phase, Serve
+from openagentcore.runner._core_base import Mode
 from openagentcore.runner._driver import Driver
 from openagentcore.runner._effects import (
     AskInDoubt,
@@ -33,11 +34,14 @@ from openagentcore.runner._effects import (
     LookupMany,
     MarkInDoubt,
     Note,
+    Release,
+    RenewLeases,
     ReportAction,
     RunFunction,
     SaveResult,
     StoreAnswer,
     StoreEffect,
+    TakeOver,
     WriteMarks,
     perform_store,
 )
@@ -351,10 +355,10 @@ class SimRunner(Driver):
             poll_interval=0.3,
             shutdown_grace=rng.choice((0.0, 0.5, 2.0)),
             unreachable_timeout=UNREACHABLE_TIMEOUT,
+            idempotent_fast_path=True,  # the option the simulator covers
         )
         owner_closed(self._core.owner)  # a real owner id names this process:
         self._core.owner = f"sim-{worker.generation}"  # the store judges by lease alone
-        self._core.idempotent_fast_path = True  # the option the simulator covers
         for function in _FUNCTIONS:
             if function.name == self.lacks:
                 continue
@@ -397,6 +401,9 @@ class SimRunner(Driver):
         #: Functions started, by Session (an attempt may run twice on the fast path:
         #: dropped after its claim was lost, then claimed afresh and run again).
         self.runs_by_session: Counter[str] = Counter()
+        #: How many serves of each Session the application is in (those in their grace
+        #: included).
+        self.serving: Counter[str] = Counter()
         #: The attempts handed to a thread as their claim was sent (idempotent only).
         self.sent_with_claim: set[tuple[CallKey, int]] = set()
         #: Functions of each name whose thread runs them now (timed out ones too).
@@ -463,17 +470,42 @@ class SimRunner(Driver):
             raise
 
     def dispatching(self, work: Callable[[], Any]) -> None:
-        """The loop hands a function to a thread: remember what it knew then."""
+        """The loop hands a function to a thread: remember what it knew then. With
+        ``idempotent_fast_path=True`` (docs/runner.md), a call of an idempotent function
+        announced after the runner first saw its Session starts as its claim is sent:
+        the fault-free worker, whose store always answers, never waits for the answer
+        to start one."""
         assert isinstance(work, functools.partial), "functions run as call_sync partials"
         effect = work.args[0]
         assert isinstance(effect, RunFunction)
-        server = self.world.server
-        self.known_at_dispatch[effect.key] = server.knows_since(self, effect.key.session_id)
+        world = self.world
+        self.known_at_dispatch[effect.key] = world.server.knows_since(self, effect.key.session_id)
         call = self._core.calls.get(effect.key)
+        if not self.serving[effect.key.session_id] and world.broken is None:
+            # docs/runner.md, "When a serve ends early": running functions go on, and a
+            # claim whose function never started is given back at once.
+            world.broken = Violation(
+                f"seed {world.seed}: {self._core.owner} started {effect.key.call_id} "
+                f"(attempt {effect.attempt}) after its last serve of {effect.key.session_id} "
+                "ended, instead of giving its claim back"
+            )
         if call is not None and call.claim_unanswered:
             assert effect.function.idempotent, "only an idempotent function starts so"
             assert effect.attempt == 1, "only with a first claim"
             self.sent_with_claim.add((effect.key, effect.attempt))
+        elif (
+            call is not None
+            and call.fresh
+            and effect.attempt == 1
+            and effect.function.idempotent
+            and not world.chaos
+            and world.broken is None
+        ):
+            world.broken = Violation(
+                f"seed {world.seed}: the fault-free {self._core.owner} started "
+                f"{effect.key.call_id} of idempotent {effect.function.name}, announced "
+                "after it first saw its Session, only once its claim was answered"
+            )
 
     def asking(self, effect: AskInDoubt) -> None:
         """``on_in_doubt`` is asked about the call as the server and the store know it:
@@ -518,9 +550,15 @@ class SimRunner(Driver):
                 f"{key.call_id} ran, and its function was never told (ctx.cancelled)"
             )
 
+    def _attach(self, session_id: str, until: Mode) -> Serve:
+        serve = super()._attach(session_id, until)
+        self.serving[session_id] += 1
+        return serve
+
     def _detach(self, serve: Serve) -> None:
         """The library's own, observed: the world reads every serve's report."""
         super()._detach(serve)
+        self.serving[serve.session_id] -= 1
         if self.worker.alive:
             self.world.reports.append((self.worker.generation, serve.report))
         session_id = serve.session_id
@@ -627,6 +665,7 @@ class SimRunner(Driver):
 
     def _perform_store(self, effect: StoreEffect) -> StoreAnswer:
         world = self.world
+        self._asks_about_real_calls(effect)
         if isinstance(effect, LookupMany):
             return self._perform_lookups(effect)
         if isinstance(effect, KeepLateOutcome):
@@ -683,6 +722,47 @@ class SimRunner(Driver):
             world.store_trouble(self)
             return StoreAnswer(effect, error=StoreUnavailableError("read, then lost"))
         return answer
+
+    def _asks_about_real_calls(self, effect: StoreEffect) -> None:
+        """What the runner asks of the store names calls the server announced, and a
+        claim, take-over, release, mark of doubt or renewal is asked under the runner's
+        own owner id with its own lease (a save under it, or under none for the in-doubt
+        policy's answer): the store judges by these, and a request about no call, or
+        under another name, changes what it should not, or nothing."""
+        core = self._core
+        keys: list[object]
+        if isinstance(effect, WriteMarks):
+            keys = [key for key, _ in effect.changes]
+        elif isinstance(effect, RenewLeases):
+            keys = list(effect.keys)
+        elif isinstance(effect, LookupMany):
+            keys = [lookup.key for lookup in effect.lookups]
+        else:
+            keys = [effect.key]
+        server = self.world.server
+        wrong: list[object] = [
+            key for key in keys if not isinstance(key, CallKey) or server.call(key) is None
+        ]
+        owners = {core.owner, None} if isinstance(effect, SaveResult) else {core.owner}
+        if (
+            isinstance(effect, (ClaimCall, TakeOver, MarkInDoubt, Release, RenewLeases, SaveResult))
+            and effect.owner not in owners
+        ):
+            wrong.append(f"owner {effect.owner!r}")
+        if (
+            isinstance(effect, (ClaimCall, TakeOver, RenewLeases))
+            and effect.lease_seconds != core.lease_seconds
+        ):
+            wrong.append(f"lease {effect.lease_seconds!r}")
+        if isinstance(effect, ClaimCall) and not wrong:
+            call = server.call(effect.key)
+            if call is not None and effect.function_name != call.name:
+                wrong.append(f"function {effect.function_name!r}")
+        if wrong:
+            raise Violation(
+                f"seed {self.world.seed}: {core.owner} asked the store {type(effect).__name__} "
+                f"with {', '.join(map(str, wrong))}: {effect!r}"
+            )
 
     def _check_own_doubt(self, effect: MarkInDoubt) -> None:
         """A worker puts its own claim in doubt only if it started that attempt's

@@ -316,6 +316,9 @@ class World:
         self.posted_ahead: dict[CallKey, list[dict[str, Any]]] = {}
         #: The result each runner first posted for each call: never another after it.
         self.posted_by: dict[tuple[str, CallKey], dict[str, Any]] = {}
+        #: The calls each fault-free worker found in doubt (it marked them so, or
+        #: decided them from that state), by its generation.
+        self.found_in_doubt: set[tuple[int, CallKey]] = set()
         #: Workers killed so far.
         self.crashes = 0
         #: Every serve's report, with the generation of the worker it served on.
@@ -663,8 +666,10 @@ class World:
     def _check_log_note(self, runner: SimRunner, note: LogNote) -> None:
         """A line the core leaves for the log can be logged: a standard level, and a
         message its arguments format (logging would otherwise print a traceback to
-        stderr and lose the line, or show the bare ``%s``). Its wording is a unit test's
-        job."""
+        stderr and lose the line, or show the bare ``%s``). It names what it is about
+        (docs/operations.md: the function, the call and the Session): every argument of
+        the core's lines is an id, a name, a count, a delay or an error, so none is
+        ``None``. Its wording is a unit test's job."""
         problem = None
         if not isinstance(note.level, int) or note.level not in _LOG_LEVELS:
             problem = f"the level {note.level!r}"
@@ -675,6 +680,8 @@ class World:
                 note.message % note.args
             except (TypeError, ValueError) as exc:
                 problem = f"arguments that do not format ({exc})"
+            if problem is None and any(arg is None for arg in note.args):
+                problem = "an argument that names nothing (None)"
         elif _CONVERSION.search(note.message):
             problem = "a conversion and no arguments"
         if problem is not None and self.broken is None:
@@ -958,6 +965,18 @@ class World:
                 )
             if generation == final and (report.reconnects or report.store_errors):
                 raise Violation(f"{where} counts faults after every fault ended: {counts}")
+            if generation == final and report.session_id in self.served:
+                # docs/operations.md: report.in_doubt lists the calls found in doubt.
+                missed = {
+                    key
+                    for found_by, key in self.found_in_doubt
+                    if found_by == final and key.session_id == report.session_id
+                } - set(report.in_doubt)
+                if missed:
+                    raise Violation(
+                        f"{where} leaves out {sorted(key.call_id for key in missed)}, which "
+                        "it found in doubt"
+                    )
 
     def _check_marks(self) -> None:
         """A record's state tells the truth: ``submitted`` and ``applied`` results are

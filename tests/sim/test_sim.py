@@ -25,6 +25,7 @@ from openagentcore.runner._effects import (
     InDoubtAnswer,
     Outcome,
     PostResults,
+    Release,
     RunFunction,
     SessionOutcome,
     Verdict,
@@ -40,6 +41,7 @@ from openagentcore.store import (
     StoreUnavailableError,
     _rules,
 )
+from openagentcore.store._records import MANUAL_RERUN
 
 from ._fleet import FleetWorld, run_fleet_seed
 from ._runner import SimRunner
@@ -126,6 +128,11 @@ def test_a_history_replays_exactly_from_its_seed() -> None:
         # function ran (the pump outlives serves): it was dropped, and the function was
         # never told.
         636,
+        # A serve ended while one of its calls was looked up in the store; the look-up
+        # found no record, and the idempotent fast path started the function as its
+        # claim was sent, for a Session nobody served any more (the normal path's claim
+        # answer gives such a claim back).
+        1281,
     ],
 )
 def test_histories_that_found_a_core_defect_keep_the_promises(seed: int) -> None:
@@ -223,6 +230,23 @@ def _saved_result_posted_after_the_own(runner: SimRunner) -> None:
             core._effects.append(PostResults(Batch(record.key.session_id, (record,))))
 
     core._on_saved_after_post = posting_the_saved_one  # type: ignore[method-assign]
+
+
+def _fast_path_runs_for_nobody(runner: SimRunner) -> None:
+    """Reverts the fix of seed 1281: the idempotent fast path starts a function as its
+    claim is sent even for a Session no serve follows any more (its serve ended while
+    the call was looked up)."""
+    core = runner._core
+    start_with_claim = core._start_with_claim
+
+    def unguarded(call: Call, claim: Any, now: float) -> bool:
+        core._serves_of = lambda session_id: [call]  # type: ignore[method-assign,list-item]
+        try:
+            return start_with_claim(call, claim, now)
+        finally:
+            del core._serves_of
+
+    core._start_with_claim = unguarded  # type: ignore[method-assign]
 
 
 def _lost_take_over_answers_not_recognised(runner: SimRunner) -> None:
@@ -410,6 +434,7 @@ def _violation(seed: int, mutate: Callable[[SimRunner], None] | None) -> str | N
         (_turn_ends_seen_early_are_forgotten, 7),
         (_lost_claims_of_early_runs_taken_as_won, 1),
         (_saved_result_posted_after_the_own, 35),
+        (_fast_path_runs_for_nobody, 1281),
     ],
 )
 def test_the_simulator_finds_a_reverted_fix_within_the_ci_budget(
@@ -679,6 +704,52 @@ def _log_lines_lose_an_argument(runner: SimRunner) -> None:
     core._say = careless  # type: ignore[method-assign]
 
 
+def _log_lines_name_nobody(runner: SimRunner) -> None:
+    """A log line of the core names ``None`` instead of the call it is about, as a
+    ``_say`` handed the wrong variable does."""
+    core = runner._core
+    say = core._say
+
+    def careless(level: int, message: str, *args: object) -> None:
+        say(level, message, *((None, *args[1:]) if args else args))
+
+    core._say = careless  # type: ignore[method-assign]
+
+
+def _fast_path_turned_off(runner: SimRunner) -> None:
+    """``idempotent_fast_path=True`` is ignored: an idempotent function waits for its
+    claim's answer before it starts, as every other function does."""
+    runner._core.idempotent_fast_path = False
+
+
+def _claims_given_back_for_no_call(runner: SimRunner) -> None:
+    """A claim is given back naming a call the server never announced (a typo in a key):
+    the store releases nothing, and the claim lapses instead."""
+    core = runner._core
+    emit = core._emit
+
+    def mistyped(call: Call, effect: Effect, now: float) -> None:
+        if isinstance(effect, Release):
+            key = effect.key
+            effect = Release(CallKey(key.session_id, key.turn_id, "no_such_call"), effect.owner)
+        emit(call, effect, now)
+
+    core._emit = mistyped  # type: ignore[method-assign]
+
+
+def _in_doubt_left_out_of_reports(runner: SimRunner) -> None:
+    """Calls found in doubt are settled by the policy but not listed in
+    ``report.in_doubt``: nobody is told to look at them."""
+    core = runner._core
+    report_key = core._report_key
+
+    def forgetful(session_id: str, name: str, key: CallKey) -> None:
+        if name != "in_doubt":
+            report_key(session_id, name, key)
+
+    core._report_key = forgetful  # type: ignore[method-assign]
+
+
 def _function_limits_ignored(runner: SimRunner) -> None:
     """A function's own ``max_concurrency`` is ignored: only the runner's counts."""
     core = runner._core
@@ -850,6 +921,10 @@ def _found_from(mutate: Callable[[SimRunner], None], caught_at: int, found: str)
         (_force_stops_wait_for_functions, "was stopped with force=True while", 49),
         (_hooks_asked_about_the_first_attempt, "asked on_in_doubt about", 12),
         (_log_lines_lose_an_argument, "left a log line with arguments that do not format", 0),
+        (_log_lines_name_nobody, "left a log line with an argument that names nothing", 0),
+        (_fast_path_turned_off, "only once its claim was answered", 0),
+        (_claims_given_back_for_no_call, "asked the store Release with CallKey(", 29),
+        (_in_doubt_left_out_of_reports, "which it found in doubt", 11),
         (_function_limits_ignored, "at once (max_concurrency=", 1),
         (_deleted_sessions_served_on, "the Session is gone (404)", 0),
         (_deleted_sessions_blamed_on_the_url, "(deleted) ended with RunnerError('Cannot serve", 0),
@@ -872,10 +947,25 @@ def test_the_record_and_report_checks_find_a_runner_bug(
     assert found in broken, f"{mutation.__name__}: first violation (seed {seed}): {broken!r}"
 
 
+def _released_take_overs_cleared_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store labels every take-over given back as cleared to run again by hand, as
+    if a person had said so: the next runner reruns a call its policy should settle."""
+    release = _rules.release
+
+    def relabelled(record: CallRecord, **kwargs: Any) -> Any:
+        released = release(record, **kwargs)
+        if isinstance(released, CallRecord):
+            return dataclasses.replace(released, settled_by=MANUAL_RERUN)
+        return released
+
+    monkeypatch.setattr(_rules, "release", relabelled)
+
+
 @pytest.mark.parametrize(
     ("bug", "found"),
     [
         (_marks_move_backwards, "a settled call (applied) changed"),
+        (_released_take_overs_cleared_by_hand, "given back as"),
         (_in_doubt_marks_forget_when, "in_doubt_at changed"),
         (_rows_lose_the_history, "a person's decision was not appended to the history"),
     ],

@@ -256,6 +256,9 @@ class CallMachine(ServeTracker):
             or call.key in self._dropped_runs  # one run of a call at a time on a worker
             or not isinstance(claim, ClaimCall)
             or now < self._store_retry_at  # the claim would wait: so does the run
+            # Nobody serves its Session any more (its serve ended while the call was
+            # looked up): the claim's answer gives it back, and nothing may start first.
+            or not self._serves_of(call.key.session_id)
         ):
             return False
         self._move(call, Phase.RUNNING)
