@@ -1027,9 +1027,12 @@ class CallMachine(ServeTracker):
             if call.claim_unanswered:
                 # A run started with it: the claim is sent again once the store may be
                 # back, and the run's outcome waits for its answer (never posted before).
+                # A call waiting to be sent again may let a recover pass return: its
+                # Session's serves are judged again.
                 call.retry = effect
                 call.not_before = self._store_retry_at
                 self._watch[call.key] = call
+                self._touched[call.key.session_id] = None
                 return
             self._forget(call)
             view = self._view(call.key.session_id)
