@@ -254,6 +254,10 @@ class CallMachine(ServeTracker):
         if (
             not (call.function.idempotent and call.fresh and self.idempotent_fast_path)
             or call.key in self._dropped_runs  # one run of a call at a time on a worker
+            # An earlier claim of ours may have committed: this one would find that
+            # record, whose lease is of unknown age, so it is confirmed (and renewed)
+            # before the function starts, as any claim of ours found committed is.
+            or call.key in self._unconfirmed
             or not isinstance(claim, ClaimCall)
             or now < self._store_retry_at  # the claim would wait: so does the run
         ):
