@@ -253,3 +253,24 @@ def test_a_save_that_finds_another_result_keeps_the_posted_one() -> None:
     assert resent == [Batch(SESSION, post.batch.records)]
     core.on_posted(PostOutcome(post.batch, None), 60.1)
     assert _marked(core.take_effects(120.0)) == []
+
+
+def test_a_call_whose_own_claim_may_have_committed_waits_for_its_claim() -> None:
+    """A claim the store failed may have committed: the call is forgotten, and a later
+    read announces it again. Its claim then finds this runner's own record, with a lease
+    of unknown age (another worker may judge it stale meanwhile), not a new one: the
+    function waits for the answer and a renewal, as any claim of ours found committed
+    does, rather than start with the claim."""
+    core = _core()
+    serve = core.attach(SESSION, "idle", 0.0)
+    core.on_connected(serve, 0.0)
+    core.take_effects(0.0)
+    _read(core, ["reserve"], 0.0)
+    (claim,) = _of(core.take_effects(0.0), ClaimCall)
+    core.on_store_answer(StoreAnswer(claim, error=StoreUnavailableError("read, then lost")), 0.1)
+    assert claim.key not in core.calls  # forgotten, for a later read to decide
+    _read(core, ["reserve"], 5.0)  # a later read: the call is new to the snapshot count
+    effects = core.take_effects(5.0)
+    assert _of(effects, ClaimCall) == [claim]
+    assert _of(effects, RunFunction) == []
+    assert core.calls[claim.key].phase is Phase.CLAIMING

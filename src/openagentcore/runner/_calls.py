@@ -254,6 +254,10 @@ class CallMachine(ServeTracker):
         if (
             not (call.function.idempotent and call.fresh and self.idempotent_fast_path)
             or call.key in self._dropped_runs  # one run of a call at a time on a worker
+            # An earlier claim of ours may have committed: this one would find that
+            # record, whose lease is of unknown age, so it is confirmed (and renewed)
+            # before the function starts, as any claim of ours found committed is.
+            or call.key in self._unconfirmed
             or not isinstance(claim, ClaimCall)
             or now < self._store_retry_at  # the claim would wait: so does the run
             # Nobody serves its Session any more (its serve ended while the call was
@@ -1030,9 +1034,12 @@ class CallMachine(ServeTracker):
             if call.claim_unanswered:
                 # A run started with it: the claim is sent again once the store may be
                 # back, and the run's outcome waits for its answer (never posted before).
+                # A call waiting to be sent again may let a recover pass return: its
+                # Session's serves are judged again.
                 call.retry = effect
                 call.not_before = self._store_retry_at
                 self._watch[call.key] = call
+                self._touched[call.key.session_id] = None
                 return
             self._forget(call)
             view = self._view(call.key.session_id)
