@@ -419,7 +419,7 @@ def _violation(seed: int, mutate: Callable[[SimRunner], None] | None) -> str | N
     # Each with the first CI seed whose history it breaks, as the search found it.
     [
         (_a_read_raises_during_chaos, 0),
-        (_failed_claims_read_again_at_clock_zero, 0),
+        (_failed_claims_read_again_at_clock_zero, 8),
         (_serves_waiting_for_failed_marks_left_unjudged, 124),
         (_hooks_share_the_store_threads, 187),
         (_serve_grace_unbounded, 0),
