@@ -262,7 +262,9 @@ class EventStream:
         #: Whether a thread is reading now: a close from another thread then leaves the
         #: socket to it (see :meth:`close`).
         self._reading = False
-        self._lock = threading.Lock()
+        #: Reentrant: a signal handler that closes the stream runs on the reading thread,
+        #: which may hold the lock at that moment.
+        self._lock = threading.RLock()
 
     def __iter__(self) -> Iterator[SessionEvent]:
         return self

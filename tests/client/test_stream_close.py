@@ -82,3 +82,24 @@ def test_a_stream_closed_by_its_own_thread_closes_its_response_at_once(
         stream.close()
         assert stream.response.is_closed
         assert list(stream) == []
+
+
+def test_a_close_from_a_signal_handler_on_the_reading_thread_cannot_deadlock(
+    core: LocalCore,
+) -> None:
+    """A handler (SIGTERM, say) runs on the main thread between two of its bytecodes,
+    possibly while that thread holds the stream's lock: closing from there must not wait
+    for a lock its own thread holds."""
+    with Client(api_key=core.api_key, base_url=core.base_url) as client:
+        session_id = client.sessions.create(agent={"model": "scripted"}, input="hi").id
+        stream = client.sessions.events.stream(session_id)
+
+        def interrupted_then_closed() -> None:
+            with stream._lock:  # where the handler would interrupt the reading thread
+                stream.close()
+
+        thread = threading.Thread(target=interrupted_then_closed, daemon=True)
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive(), "close() waited for a lock its own thread holds"
+        assert list(stream) == []
