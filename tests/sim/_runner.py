@@ -677,20 +677,7 @@ class SimRunner(Driver):
             keys = [effect.key]
         if any(key in world.unstorable for key in keys):
             return StoreAnswer(effect, error=StoreKeyError("ids the store cannot hold"))
-        if world.chance(world.faults.store_down):
-            world.store_trouble(self)
-            return StoreAnswer(effect, error=StoreUnavailableError("simulated outage"))
-        if world.cut_off(self.worker):
-            world.store_trouble(self)
-            return StoreAnswer(effect, error=StoreUnavailableError("cut off from the store"))
-        world.store.caller = self
-        try:
-            answer = perform_store(effect, world.store)
-        finally:
-            world.store.caller = None
-        if answer.error is None and world.chance(world.faults.commit_then_error):
-            world.store_trouble(self)
-            return StoreAnswer(effect, error=StoreUnavailableError("commit, then lost"))
+        answer = self._through_faults(effect, world.store, lost="commit, then lost")
         if (
             isinstance(effect, SaveResult)
             and effect.owner == self._core.owner
@@ -706,6 +693,12 @@ class SimRunner(Driver):
         lost before the answer) fails as a whole. Ids the store cannot hold fail the
         read they are in, as one SQL statement does: the real batch code then reads
         each key alone, and only those calls are refused."""
+        reads = cast(ResultStore, _Reads(self.world))
+        return self._through_faults(effect, reads, lost="read, then lost")
+
+    def _through_faults(self, effect: StoreEffect, store: ResultStore, *, lost: str) -> StoreAnswer:
+        """``effect`` on ``store``, unless the store is down or this worker cut off from
+        it; an answer may be lost after the store did the work (``lost`` says which)."""
         world = self.world
         if world.chance(world.faults.store_down):
             world.store_trouble(self)
@@ -715,12 +708,12 @@ class SimRunner(Driver):
             return StoreAnswer(effect, error=StoreUnavailableError("cut off from the store"))
         world.store.caller = self
         try:
-            answer = perform_store(effect, cast(ResultStore, _Reads(world)))
+            answer = perform_store(effect, store)
         finally:
             world.store.caller = None
         if answer.error is None and world.chance(world.faults.commit_then_error):
             world.store_trouble(self)
-            return StoreAnswer(effect, error=StoreUnavailableError("read, then lost"))
+            return StoreAnswer(effect, error=StoreUnavailableError(lost))
         return answer
 
     def _asks_about_real_calls(self, effect: StoreEffect) -> None:

@@ -443,8 +443,7 @@ def _store_call(
     if isinstance(effect, Release):
         return store.release(effect.key, owner=effect.owner)
     if isinstance(effect, Lookup):
-        record = store.get(effect.key)
-        return LookupResult(record, record is not None and store.is_stale(record))
+        return _found(store.get(effect.key), store)
     if isinstance(effect, SaveResult):
         return store.save_result(effect.key, effect.event, owner=effect.owner)
     if isinstance(effect, KeepLateOutcome):
@@ -466,25 +465,34 @@ def look_up_many(effect: LookupMany, store: ResultStore) -> Answers:
     waits for the store). Any other error (a damaged row, ids the store cannot hold)
     belongs to one call, which the batch cannot tell: each key is then read alone, so
     only that call gets the error."""
+
+    def one_by_one() -> Answers:
+        return Answers(tuple(perform_store(lookup, store) for lookup in effect.lookups))
+
     get_many = getattr(store, "get_many", None)
     if get_many is None:
-        return Answers(tuple(perform_store(lookup, store) for lookup in effect.lookups))
+        return one_by_one()
     try:
         found: dict[CallKey, CallRecord] = get_many([lookup.key for lookup in effect.lookups])
     except StoreUnavailableError:
         raise
     except Exception:
-        return Answers(tuple(perform_store(lookup, store) for lookup in effect.lookups))
-    answers = []
-    for lookup in effect.lookups:
-        record = found.get(lookup.key)
-        # Only a started call without a result can be stale (the store's rule): the
-        # others need no clock (on PostgreSQL, a statement each).
-        stale = (
-            record is not None
-            and record.state is CallState.STARTED
-            and not record.has_result()
-            and store.is_stale(record)
+        return one_by_one()
+    return Answers(
+        tuple(
+            StoreAnswer(lookup, _found(found.get(lookup.key), store)) for lookup in effect.lookups
         )
-        answers.append(StoreAnswer(lookup, LookupResult(record, stale)))
-    return Answers(tuple(answers))
+    )
+
+
+def _found(record: CallRecord | None, store: ResultStore) -> LookupResult:
+    """What a lookup found. Only a started call without a result can be stale (the
+    store's rule): the others are not asked, which needs the clock (on PostgreSQL, a
+    statement each)."""
+    stale = (
+        record is not None
+        and record.state is CallState.STARTED
+        and not record.has_result()
+        and store.is_stale(record)
+    )
+    return LookupResult(record, stale)
